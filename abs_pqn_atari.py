@@ -1,0 +1,621 @@
+# PQN + Adaptive Batch Scaling (ABS) on envpool Atari, single file in the style of CleanRL.
+# Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026).
+# ABS measures Behavioral Divergence (the fraction of greedy actions that change across an update)
+# and maps it on a log scale to the rollout length L: a settling policy gets a larger batch.
+# `--no-adapt --num-steps L` gives the fixed-batch baselines (Small 16, Vanilla 32, Large 64).
+import copy
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the default run name)"""
+    seed: int = 1
+    """seed of the experiment (python, numpy, torch, envpool)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    track: bool = False
+    """log to Weights and Biases (wandb is imported only then)"""
+    wandb_project_name: str = "abs"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    output_dir: str = "runs"
+    """everything a run writes goes under <output-dir>/<run-name>/"""
+    run_name: Optional[str] = None
+    """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    checkpoint_every: int = 1_000_000
+    """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    save_model: bool = False
+    """write the final Q-network weights to <run>/model.pt"""
+    log_every_seconds: float = 5.0
+    """at most one progress line per this many seconds"""
+
+    # PQN
+    env_id: str = "Breakout-v5"
+    """an envpool Atari id, e.g. Breakout-v5"""
+    total_timesteps: int = 20_000_000
+    """total environment steps (summed over the envs)"""
+    learning_rate: float = 2.5e-4
+    """RAdam learning rate (constant)"""
+    num_envs: int = 128
+    """number of parallel envpool environments E"""
+    num_minibatches: int = 4
+    """minibatches per epoch (fixed; their size grows with L)"""
+    gamma: float = 0.99
+    """discount factor"""
+    q_lambda: float = 0.65
+    """lambda of the Q(lambda) targets"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clip"""
+    start_e: float = 1.0
+    """initial exploration epsilon"""
+    end_e: float = 0.001
+    """final exploration epsilon"""
+    exploration_fraction: float = 0.1
+    """fraction of total-timesteps over which epsilon decays linearly"""
+    network: str = "pqn"
+    """Q-network: pqn (Nature CNN) | pqn-l (wide CNN + 5 residual blocks) | pqn-xl (10 blocks)"""
+
+    # ABS
+    adapt: bool = True
+    """adapt the rollout length with ABS (--no-adapt: fixed --num-steps)"""
+    num_steps: int = 32
+    """rollout length L when --no-adapt"""
+    num_steps_min: int = 16
+    """L_min, the shortest rollout ABS uses (and the length during burn-in)"""
+    num_steps_max: int = 64
+    """L_max, the longest rollout ABS uses (storage is allocated at this length)"""
+    adapt_freq: int = 50
+    """K: measure the divergence every K iterations"""
+    window: int = 10
+    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    ema_beta: float = 0.1
+    """beta of the EMA that moves L towards its target"""
+    divergence_low: float = 0.05
+    """delta_min: a mean divergence at or below this gives L_max"""
+    divergence_high: float = 0.95
+    """delta_max: a mean divergence at or above this gives L_min"""
+    ref_batch_size: int = 2048
+    """M: states from the rollout on which the divergence is measured"""
+    schedule: str = "log"
+    """interpolation of L between the divergence bounds: log | linear"""
+    update_epochs: int = 2
+    """base epochs at the reference length (also the floor of the epoch rule)"""
+    epochs_ref_steps: int = 32
+    """reference length of the epoch rule: epochs = max(base, round(base * L / ref))"""
+    track_divergence: bool = False
+    """with --no-adapt, still measure and log the divergence every K iterations"""
+
+    # Evaluation
+    eval_episodes: int = 100
+    """greedy evaluation episodes after training (no life loss, no reward clipping)"""
+    eval_epsilon: float = 0.0
+    """epsilon of the evaluation policy"""
+    eval_num_envs: int = 8
+    """parallel environments for the evaluation"""
+    eval_max_episode_steps: int = 27_000
+    """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
+
+
+NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
+SCHEDULES = ("log", "linear")
+# Flags that may change on --resume; every other flag is taken from the checkpoint.
+RUN_CONTROL_FLAGS = (
+    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
+    "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
+)
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
+    if args.network not in NETWORKS:
+        raise ValueError(f"--network must be one of {', '.join(NETWORKS)}, got {args.network!r}")
+    if args.schedule not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    try:
+        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        is_atari = False
+    if not is_atari:
+        raise ValueError(f"--env-id must be an envpool Atari id such as Breakout-v5, got {args.env_id!r}")
+    for flag, value in [("--num-envs", args.num_envs), ("--num-minibatches", args.num_minibatches),
+                        ("--num-steps", args.num_steps), ("--num-steps-min", args.num_steps_min),
+                        ("--adapt-freq (K)", args.adapt_freq), ("--window (W)", args.window),
+                        ("--ref-batch-size (M)", args.ref_batch_size), ("--update-epochs", args.update_epochs),
+                        ("--epochs-ref-steps", args.epochs_ref_steps), ("--total-timesteps", args.total_timesteps),
+                        ("--eval-num-envs", args.eval_num_envs), ("--eval-max-episode-steps", args.eval_max_episode_steps)]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.num_steps_min > args.num_steps_max:
+        raise ValueError(f"--num-steps-min ({args.num_steps_min}) must be <= --num-steps-max ({args.num_steps_max})")
+    if not 0.0 < args.divergence_low < args.divergence_high <= 1.0:
+        raise ValueError("--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
+                         f"got {args.divergence_low} and {args.divergence_high}")
+    if not 0.0 < args.ema_beta <= 1.0:
+        raise ValueError(f"--ema-beta must be in (0, 1], got {args.ema_beta}")
+    # Every L the run may use must split into equal minibatches.
+    if args.adapt and args.num_envs % args.num_minibatches:
+        raise ValueError(f"--num-envs ({args.num_envs}) must be divisible by --num-minibatches "
+                         f"({args.num_minibatches}) so that every L in [L_min, L_max] splits evenly")
+    if not args.adapt and (args.num_envs * args.num_steps) % args.num_minibatches:
+        raise ValueError(f"the batch --num-envs x --num-steps ({args.num_envs * args.num_steps}) must be "
+                         f"divisible by --num-minibatches ({args.num_minibatches})")
+    if args.eval_episodes < 0 or args.checkpoint_every < 0:
+        raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
+    if not 0.0 <= args.eval_epsilon <= 1.0:
+        raise ValueError(f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
+
+
+# ---------------------------------------------------------------- the ABS schedule (pure math)
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
+                         schedule: str = "log") -> float:
+    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
+    d = min(max(delta_bar, delta_min), delta_max)
+    if schedule == "log":
+        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
+    else:
+        alpha = (d - delta_min) / (delta_max - delta_min)
+    return L_max - alpha * (L_max - L_min)
+
+
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows."""
+    return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+class ABSScheduler:
+    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
+
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
+        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
+        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
+        self.history = deque(maxlen=window)
+        self.L = float(L_min)
+        self.num_measurements = 0
+
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        return round_half_up(self.L)
+
+    def update(self, delta: float) -> int:
+        self.history.append(delta)
+        self.num_measurements += 1
+        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+            return self.num_steps
+        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
+                                      self.schedule)
+        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
+        return self.num_steps
+
+    def state_dict(self):
+        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
+
+    def load_state_dict(self, state):
+        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+@torch.no_grad()
+def behavioral_divergence(q_new: nn.Module, q_old: nn.Module, states: torch.Tensor) -> float:
+    """delta: the fraction of states whose greedy action differs between the two networks."""
+    return (q_new(states).argmax(dim=1) != q_old(states).argmax(dim=1)).float().mean().item()
+
+
+# ---------------------------------------------------------------- PQN
+def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lambda):
+    """Q(lambda) targets over a [L, E] rollout, computed backwards.
+
+    next_values[t] = max_a Q(s_{t+1}, a); terminals[t]: transition t ended in a terminal state
+    (no bootstrap); episode_ends[t]: terminal or time-limit end (the lambda trace is cut there, and a
+    time-limit end still bootstraps from its last observation). The rollout's last step cuts the trace.
+    """
+    returns = torch.empty_like(rewards)
+    g = next_values[-1]
+    for t in reversed(range(rewards.shape[0])):
+        trace = 0.0 if t == rewards.shape[0] - 1 else q_lambda * (1.0 - episode_ends[t])
+        g = rewards[t] + gamma * (1.0 - terminals[t]) * (trace * g + (1.0 - trace) * next_values[t])
+        returns[t] = g
+    return returns
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
+
+
+def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
+    """Nature DQN encoder with LayerNorm after every conv (PQN); 84x84x4 -> c3*7*7."""
+    return nn.Sequential(
+        nn.Conv2d(4, c1, 8, stride=4), nn.LayerNorm([c1, 20, 20]), nn.ReLU(),
+        nn.Conv2d(c1, c2, 4, stride=2), nn.LayerNorm([c2, 9, 9]), nn.ReLU(),
+        nn.Conv2d(c2, c3, 3, stride=1), nn.LayerNorm([c3, 7, 7]), nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+class ResidualBlock(nn.Module):
+    """Multi-Skip block: Linear-LN-ReLU-Linear-LN, plus the block's input and the global projection."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
+
+    def forward(self, h, projection):
+        return F.relu(h + self.body(h) + projection)
+
+
+class QNetwork(nn.Module):
+    """pqn: Nature CNN + 512 LN dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head."""
+
+    def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
+        super().__init__()
+        channels, num_blocks = NETWORKS[network]
+        self.encoder = nature_cnn(*channels)
+        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
+        self.head = nn.Linear(hidden, num_actions)
+
+    def forward(self, x):  # x: uint8 [N, 4, 84, 84]
+        h = p = self.projection(self.encoder(x.float() / 255.0))
+        for block in self.blocks:
+            h = block(h, p)
+        return self.head(h)
+
+
+def select_actions(q_values: torch.Tensor, epsilon: float):
+    """Epsilon-greedy on the device; returns actions and max_a Q."""
+    values, greedy = q_values.max(dim=1)
+    explore = torch.rand(q_values.shape[0], device=q_values.device) < epsilon
+    random_actions = torch.randint(0, q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(explore, random_actions, greedy), values
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm):
+    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q."""
+    batch = obs.shape[0]
+    mb_size = batch // num_minibatches
+    losses, qs = [], []
+    for _ in range(epochs):
+        perm = torch.randperm(batch, device=obs.device)
+        for start in range(0, batch, mb_size):
+            idx = perm[start : start + mb_size]
+            q = q_network(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+            w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
+            loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"non-finite TD loss ({loss.item()})")
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            optimizer.step()
+            losses.append(loss.detach())
+            qs.append(q.detach().mean())
+    return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
+
+
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+    # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
+                        reward_clip=train, max_episode_steps=max_episode_steps)
+
+
+@torch.no_grad()
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device):
+    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
+    num_envs = min(num_envs, episodes)
+    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[: episodes % num_envs] += 1
+    finished = np.zeros(num_envs, dtype=np.int64)
+    ep_return = np.zeros(num_envs)
+    returns, lengths, capped = [], [], 0
+    obs, _ = envs.reset()
+    while (finished < quota).any():
+        actions, _ = select_actions(q_network(torch.from_numpy(obs).to(device)), epsilon)
+        obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
+        ep_return += reward
+        ended = term | trunc
+        counted = ended & (finished < quota)
+        returns += ep_return[counted].tolist()
+        lengths += info["elapsed_step"][counted].tolist()
+        capped += int((counted & trunc & ~term).sum())
+        finished += ended
+        ep_return[ended] = 0.0
+    envs.close()
+    return returns, lengths, capped
+
+
+def summarize_eval(returns, lengths, capped):
+    r = np.asarray(returns, dtype=np.float64)
+    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
+            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+
+
+def atomic_write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(path, obj):
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_state(device):
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state, device):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    args = tyro.cli(Args, args=argv)
+    checkpoint = None
+    try:
+        if args.resume is not None:
+            if not os.path.isfile(args.resume):
+                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            fields = asdict(args)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            args = Args(**{**fields, **saved})
+        validate_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args, checkpoint
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    if checkpoint is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        args.run_name = checkpoint["run_name"]
+    else:
+        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+
+    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
+    num_actions = envs.action_space.n
+    q_network = QNetwork(num_actions, args.network).to(device)
+    optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    snapshot = copy.deepcopy(q_network)  # theta: the weights before the measured iteration
+    E = args.num_envs
+    L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
+    scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.divergence_low,
+                             args.divergence_high, args.schedule)
+
+    # Rollout storage, allocated once at L_max; an iteration uses the first L rows.
+    obs_buf = torch.zeros((L_max, E) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    actions_buf = torch.zeros((L_max, E), dtype=torch.long, device=device)
+    rewards_buf = torch.zeros((L_max, E), device=device)
+    values_buf = torch.zeros((L_max, E), device=device)
+    terminals_buf = torch.zeros((L_max, E), device=device)
+    ends_buf = torch.zeros((L_max, E), device=device)
+    valid_buf = torch.zeros((L_max, E), device=device)
+    storage_bytes = sum(b.numel() * b.element_size() for b in
+                        (obs_buf, actions_buf, rewards_buf, values_buf, terminals_buf, ends_buf, valid_buf))
+
+    global_step, iteration, train_seconds = 0, 0, 0.0
+    if checkpoint is not None:
+        q_network.load_state_dict(checkpoint["q_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
+        set_rng_state(checkpoint["rng"], device)
+        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
+    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
+
+    def save_checkpoint():
+        atomic_torch_save(checkpoint_path, {
+            "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
+            "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name})
+
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:  # a second signal: stop now
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    next_obs = torch.from_numpy(envs.reset()[0]).to(device)
+    prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
+    ep_return = np.zeros(E)
+    recent_returns = deque(maxlen=20)
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    start_time, start_step, last_print = time.time(), global_step, 0.0
+    epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+    measuring = args.adapt or args.track_divergence
+    while global_step < args.total_timesteps:
+        L = scheduler.num_steps
+        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
+        measure = measuring and iteration % args.adapt_freq == 0
+        if measure:
+            snapshot.load_state_dict(q_network.state_dict())
+        finished_returns, finished_lengths = [], []
+        for step in range(L):
+            t0 = time.perf_counter()
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+            obs_buf[step] = next_obs
+            valid_buf[step] = 1.0 - prev_end
+            with torch.no_grad():
+                action, values_buf[step] = select_actions(q_network(next_obs), epsilon)
+            actions_buf[step] = action
+            action_np = action.cpu().numpy()
+            t1 = time.perf_counter()
+            obs, reward, term, trunc, info = envs.step(action_np)
+            t2 = time.perf_counter()
+            next_obs = torch.from_numpy(obs).to(device)
+            rewards_buf[step] = torch.from_numpy(reward).to(device)
+            terminals_buf[step] = torch.from_numpy(term).to(device)
+            ends_buf[step] = torch.from_numpy(term | trunc).to(device)
+            prev_end = ends_buf[step].clone()
+            global_step += E
+            # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
+            ep_return += info["reward"]
+            game_over = info["terminated"].astype(bool) | trunc
+            if game_over.any():
+                finished_returns += ep_return[game_over].tolist()
+                finished_lengths += info["elapsed_step"][game_over].tolist()
+                ep_return[game_over] = 0.0
+            perf["inference"] += t1 - t0
+            perf["env"] += t2 - t1
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            last_value = q_network(next_obs).max(dim=1).values
+            next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
+            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma, args.q_lambda)
+        b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
+        try:
+            td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
+                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm)
+        except NonFiniteLoss as e:
+            save_checkpoint()
+            print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
+                  "Lower --learning-rate or check the inputs.", file=sys.stderr)
+            writer.close()
+            sys.exit(3)
+        perf["update"] += time.perf_counter() - t0
+
+        if measure:
+            t0 = time.perf_counter()
+            ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
+            delta = behavioral_divergence(q_network, snapshot, b_obs[ref])
+            if args.adapt:
+                scheduler.update(delta)
+            else:
+                scheduler.history.append(delta)
+            perf["adapt"] += time.perf_counter() - t0
+            new_L = scheduler.num_steps
+            writer.add_scalar("adapt/divergence", delta, global_step)
+            writer.add_scalar("adapt/divergence_mean", scheduler.delta_bar, global_step)
+            writer.add_scalar("adapt/num_steps", new_L, global_step)
+            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
+            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
+        iteration += 1
+
+        now = time.time()
+        train_seconds_now = train_seconds + now - start_time
+        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
+        if finished_returns:
+            recent_returns.extend(finished_returns)
+            writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("losses/td_loss", td_loss, global_step)
+        writer.add_scalar("losses/q_values", mean_q, global_step)
+        for phase, seconds in perf.items():
+            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
+        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
+            last_print = now
+            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
+            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
+                  f"| delta_bar {scheduler.delta_bar:.3f} | eps {epsilon:.3f} | return {ret} "
+                  f"| ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+
+        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
+        if crossed or stop_signal or global_step >= args.total_timesteps:
+            train_seconds, start_time = train_seconds_now, now
+            save_checkpoint()
+        if stop_signal:
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            writer.close()
+            sys.exit(128 + stop_signal[0])
+    envs.close()
+    train_seconds += time.time() - start_time
+
+    # Training is checkpointed; a signal during evaluation simply ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.save_model:
+        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
+    returns, lengths, capped = ([], [], 0)
+    if args.eval_episodes:
+        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
+        returns, lengths, capped = evaluate(q_network, args.env_id, args.eval_episodes, args.eval_epsilon,
+                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device)
+    summary = summarize_eval(returns, lengths, capped)
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({capped} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        wandb.finish()
