@@ -301,6 +301,15 @@ def select_actions(q_values: torch.Tensor, epsilon: float):
     return torch.where(explore, random_actions, greedy), values
 
 
+def allocate_storage(L_max, num_envs, obs_shape, device):
+    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations."""
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
+
+    return {"obs": zeros(torch.uint8, obs_shape), "actions": zeros(torch.long), "rewards": zeros(),
+            "values": zeros(), "terminals": zeros(), "ends": zeros(), "valid": zeros()}
+
+
 class NonFiniteLoss(RuntimeError):
     pass
 
@@ -447,16 +456,10 @@ if __name__ == "__main__":
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.divergence_low,
                              args.divergence_high, args.schedule)
 
-    # Rollout storage, allocated once at L_max; an iteration uses the first L rows.
-    obs_buf = torch.zeros((L_max, E) + envs.observation_space.shape, dtype=torch.uint8, device=device)
-    actions_buf = torch.zeros((L_max, E), dtype=torch.long, device=device)
-    rewards_buf = torch.zeros((L_max, E), device=device)
-    values_buf = torch.zeros((L_max, E), device=device)
-    terminals_buf = torch.zeros((L_max, E), device=device)
-    ends_buf = torch.zeros((L_max, E), device=device)
-    valid_buf = torch.zeros((L_max, E), device=device)
-    storage_bytes = sum(b.numel() * b.element_size() for b in
-                        (obs_buf, actions_buf, rewards_buf, values_buf, terminals_buf, ends_buf, valid_buf))
+    storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
+    obs_buf, actions_buf, rewards_buf, values_buf = storage["obs"], storage["actions"], storage["rewards"], storage["values"]
+    terminals_buf, ends_buf, valid_buf = storage["terminals"], storage["ends"], storage["valid"]
+    storage_bytes = sum(b.numel() * b.element_size() for b in storage.values())
 
     global_step, iteration, train_seconds = 0, 0, 0.0
     if checkpoint is not None:

@@ -1,0 +1,382 @@
+"""Tests of abs_pqn_atari.py: the ABS math by hand, delta and Q(lambda) against independent
+computations, and end-to-end runs of the script on a real envpool game with tiny settings."""
+import copy
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import abs_pqn_atari as pqn  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "abs_pqn_atari.py")
+# Tiny settings: 8 envs, L in [4, 16], a measurement every iteration and a window of 2 so that L moves.
+TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "4",
+        "--num-steps-max", "16", "--adapt-freq", "1", "--window", "2", "--ref-batch-size", "64",
+        "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
+        "--no-cuda", "--log-every-seconds", "0"]
+
+
+# One intra-op thread per run: on 2 shared cores, more threads spin against envpool's workers.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run(args, tmp_path, timeout=600):
+    return subprocess.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp_path, env=ENV)
+
+
+def scalars(run_dir):
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# ------------------------------------------------------------------ the schedule, by hand
+@pytest.mark.parametrize("delta_bar, expected", [
+    (0.95, 16.0), (1.0, 16.0),             # at or above delta_max: L_min
+    (0.05, 64.0), (0.0, 64.0),             # at or below delta_min: L_max
+    (math.sqrt(0.05 * 0.95), 40.0),        # geometric midpoint: alpha = 1/2
+    (0.5, 64 - 48 * math.log(10) / math.log(19)),  # alpha = ln(0.5/0.05)/ln(0.95/0.05) = 0.78201
+    (0.1, 64 - 48 * math.log(2) / math.log(19)),   # 52.700
+])
+def test_log_schedule_table(delta_bar, expected):
+    assert pqn.divergence_to_length(delta_bar, 16, 64, 0.05, 0.95, "log") == pytest.approx(expected)
+
+
+def test_log_schedule_known_decimals():
+    assert pqn.divergence_to_length(0.5, 16, 64, 0.05, 0.95) == pytest.approx(26.4635, abs=1e-4)
+    assert pqn.divergence_to_length(0.1, 16, 64, 0.05, 0.95) == pytest.approx(52.7004, abs=1e-4)
+
+
+@pytest.mark.parametrize("delta_bar, expected", [(0.5, 40.0), (0.05, 64.0), (0.95, 16.0), (0.275, 52.0)])
+def test_linear_schedule_table(delta_bar, expected):
+    assert pqn.divergence_to_length(delta_bar, 16, 64, 0.05, 0.95, "linear") == pytest.approx(expected)
+
+
+def test_burn_in_holds_L_min_then_ema_moves():
+    s = pqn.ABSScheduler(16, 64, window=3, beta=0.1, delta_min=0.05, delta_max=0.95)
+    assert s.update(0.0) == 16 and s.update(0.0) == 16 and s.L == 16.0  # fewer than W measurements
+    assert s.update(0.0) == 21  # 0.9 * 16 + 0.1 * 64 = 20.8
+    assert s.L == pytest.approx(20.8)
+    assert s.update(0.0) == 25  # 0.9 * 20.8 + 6.4 = 25.12
+    assert s.delta_bar == 0.0 and s.num_measurements == 4
+
+
+def test_window_mean_drives_target():
+    s = pqn.ABSScheduler(16, 64, window=2, beta=1.0, delta_min=0.05, delta_max=0.95)
+    s.update(0.9)
+    s.update(0.1)  # delta_bar = 0.5, beta = 1 jumps straight to the target
+    assert s.L == pytest.approx(64 - 48 * math.log(10) / math.log(19))
+    s.update(0.9)  # window keeps the last two: (0.1 + 0.9) / 2 = 0.5 again
+    assert s.delta_bar == pytest.approx(0.5)
+
+
+def test_ema_reaches_L_max_exactly():
+    # After burn-in L = 64 - 48 * 0.9^k; it rounds to 64 once 48 * 0.9^k < 0.5, i.e. k = 44.
+    s = pqn.ABSScheduler(16, 64, window=10, beta=0.1, delta_min=0.05, delta_max=0.95)
+    for _ in range(9):
+        s.update(0.01)
+    for _ in range(43):
+        s.update(0.01)
+    assert s.num_steps == 63
+    s.update(0.01)
+    assert s.num_steps == 64 and s.L <= 64.0
+    # The public code's int() truncation would stop below L_max: int(0.9 * 63 + 6.4) == 63 forever.
+    assert int(0.9 * 63 + 0.1 * 64) == 63
+
+
+def test_clamped_and_falls_back_to_L_min():
+    s = pqn.ABSScheduler(16, 64, window=1, beta=0.5, delta_min=0.05, delta_max=0.95)
+    for _ in range(100):
+        s.update(0.0)
+        assert 16 <= s.L <= 64
+    for _ in range(100):
+        s.update(1.0)
+        assert 16 <= s.L <= 64
+    assert s.num_steps == 16
+
+
+def test_scheduler_state_roundtrip():
+    s = pqn.ABSScheduler(16, 64, window=3, beta=0.1, delta_min=0.05, delta_max=0.95)
+    for d in (0.3, 0.2, 0.1, 0.05):
+        s.update(d)
+    t = pqn.ABSScheduler(16, 64, window=3, beta=0.1, delta_min=0.05, delta_max=0.95)
+    t.load_state_dict(copy.deepcopy(s.state_dict()))
+    assert t.update(0.07) == s.update(0.07) and t.L == s.L and list(t.history) == list(s.history)
+
+
+@pytest.mark.parametrize("L, epochs", [(16, 2), (24, 2), (32, 2), (40, 3), (48, 3), (56, 4), (64, 4), (128, 8)])
+def test_epoch_rule(L, epochs):
+    # max(2, round(2 * L / 32)), halves rounded up: 40 -> 2.5 -> 3, 24 -> 1.5 -> 2.
+    assert pqn.update_epochs_for(L, 2, 32) == epochs
+
+
+# ------------------------------------------------------------------ behavioral divergence
+def linear_q(weight):
+    net = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    net.weight.data.copy_(weight)
+    return net
+
+
+def test_divergence_known_argmax_changes():
+    states = torch.eye(4).repeat(5, 1)  # 20 states, greedy action of the identity net = the one-hot index
+    old = linear_q(torch.eye(4))
+    swap = torch.eye(4)[[1, 0, 2, 3]]  # swaps actions 0 and 1: states 0 and 1 (half of them) change
+    assert pqn.behavioral_divergence(linear_q(swap), old, states) == pytest.approx(0.5)
+    cycle = torch.eye(4)[[1, 2, 3, 0]]  # every greedy action changes
+    assert pqn.behavioral_divergence(linear_q(cycle), old, states) == 1.0
+    assert pqn.behavioral_divergence(old, copy.deepcopy(old), states) == 0.0
+
+
+def test_divergence_of_real_q_network_matches_numpy():
+    torch.manual_seed(0)
+    old = pqn.QNetwork(6)
+    new = copy.deepcopy(old)
+    with torch.no_grad():
+        new.head.weight.add_(0.05 * torch.randn_like(new.head.weight))
+    states = torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        a_old = old(states).numpy().argmax(1)
+        a_new = new(states).numpy().argmax(1)
+    expected = float(np.mean(a_old != a_new))
+    assert 0.0 < expected < 1.0
+    assert pqn.behavioral_divergence(new, old, states) == pytest.approx(expected)
+    assert pqn.behavioral_divergence(old, copy.deepcopy(old), states) == 0.0
+
+
+# ------------------------------------------------------------------ Q(lambda)
+def forward_view_q_lambda(r, v, term, end, gamma, lam):
+    """Textbook forward view: a (1-lam)-weighted mix of n-step returns up to the trace's cut."""
+    L, E = r.shape
+    out = np.zeros((L, E))
+    for e in range(E):
+        for t in range(L):
+            k = t
+            while k < L - 1 and not end[k, e]:
+                k += 1
+            N = k - t + 1
+
+            def n_step(n):
+                g = sum(gamma**i * r[t + i, e] for i in range(n))
+                return g + gamma**n * (1 - term[t + n - 1, e]) * v[t + n - 1, e]
+
+            out[t, e] = sum((1 - lam) * lam ** (n - 1) * n_step(n) for n in range(1, N)) + lam ** (N - 1) * n_step(N)
+    return out
+
+
+def test_q_lambda_matches_forward_view_with_episode_ends():
+    rng = np.random.default_rng(0)
+    L, E = 9, 4
+    r, v = rng.normal(size=(L, E)), rng.normal(size=(L, E))
+    term = np.zeros((L, E))
+    trunc = np.zeros((L, E))
+    term[2, 0] = term[5, 0] = 1  # two episodes end inside env 0's rollout
+    term[8, 1] = 1  # the last step is terminal
+    trunc[4, 2] = 1  # a time-limit end: the trace is cut but it still bootstraps
+    end = np.maximum(term, trunc)
+    expected = forward_view_q_lambda(r, v, term, end, 0.99, 0.65)
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    got = pqn.q_lambda_returns(t(r), t(v), t(term), t(end), 0.99, 0.65).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    assert got[2, 0] == pytest.approx(r[2, 0])  # terminal: no bootstrap
+    assert got[4, 2] == pytest.approx(r[4, 2] + 0.99 * v[4, 2])  # truncation: one-step bootstrap
+
+
+def test_q_lambda_lambda_zero_is_one_step_and_one_is_monte_carlo():
+    rng = np.random.default_rng(1)
+    r, v = torch.tensor(rng.normal(size=(5, 2))), torch.tensor(rng.normal(size=(5, 2)))
+    z = torch.zeros(5, 2, dtype=torch.float64)
+    one_step = pqn.q_lambda_returns(r, v, z, z, 0.9, 0.0)
+    torch.testing.assert_close(one_step, r + 0.9 * v)
+    mc = pqn.q_lambda_returns(r, v, z, z, 0.9, 1.0)
+    expected = sum(0.9**i * r[i] for i in range(5)) + 0.9**5 * v[4]
+    torch.testing.assert_close(mc[0], expected)
+
+
+# ------------------------------------------------------------------ networks and storage
+@pytest.mark.parametrize("network, linears", [("pqn", 2), ("pqn-l", 2 + 10), ("pqn-xl", 2 + 20)])
+def test_networks(network, linears):
+    net = pqn.QNetwork(9, network)
+    out = net(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert out.shape == (3, 9)
+    assert sum(isinstance(m, nn.Linear) for m in net.modules()) == linears
+    assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 4 + (linears - 2)  # 3 conv LNs + projection LN + 2 per block
+
+
+def test_rollout_storage_at_L_max_128_under_half_a_gigabyte():
+    storage = pqn.allocate_storage(128, 128, (4, 84, 84), "meta")
+    assert storage["obs"].dtype == torch.uint8
+    total = sum(b.numel() * b.element_size() for b in storage.values())
+    assert total == 128 * 128 * (4 * 84 * 84 + 8 + 5 * 4)
+    assert total < 0.5e9
+
+
+def test_epsilon_greedy():
+    q = torch.tensor([[0.0, 2.0, 1.0]] * 1000)
+    actions, values = pqn.select_actions(q, 0.0)
+    assert (actions == 1).all() and (values == 2.0).all()
+    actions, _ = pqn.select_actions(q, 1.0)
+    assert set(actions.tolist()) == {0, 1, 2}
+
+
+# ------------------------------------------------------------------ validation
+@pytest.mark.parametrize("flags, needle", [
+    (["--num-steps-min", "80"], "--num-steps-min"),
+    (["--divergence-low", "0.5", "--divergence-high", "0.2"], "--divergence-low"),
+    (["--divergence-high", "1.5"], "--divergence-high"),
+    (["--divergence-low", "0"], "--divergence-low"),
+    (["--num-envs", "6"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
+    (["--adapt-freq", "0"], "--adapt-freq"),
+    (["--window", "0"], "--window"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"),
+    (["--env-id", "NotAGame-v5"], "--env-id"),
+    (["--network", "resnet"], "--network"),
+    (["--schedule", "cubic"], "--schedule"),
+    (["--ema-beta", "0"], "--ema-beta"),
+])
+def test_validate_args_rejects(flags, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        pqn.parse_args(flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_defaults_are_valid_and_the_papers():
+    args, checkpoint = pqn.parse_args([])
+    assert checkpoint is None
+    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.adapt_freq, args.window) == (128, 16, 64, 50, 10)
+    assert (args.divergence_low, args.divergence_high, args.ref_batch_size, args.ema_beta) == (0.05, 0.95, 2048, 0.1)
+    assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.end_e) == (2, 32, 4, 0.001)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--num-steps-min", "80", "--num-steps-max", "64"], "--num-steps-min"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"),
+    (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+])
+def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ end to end on envpool
+def check_eval_json(path, args_expected, total):
+    res = json.loads(path.read_text())
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
+                        "eval", "args"}
+    assert res["algo"] == "abs_pqn_atari" and res["env_id"] == "Breakout-v5"
+    assert res["total_timesteps"] == total and res["global_step"] >= total
+    assert res["train_seconds"] > 0
+    ev = res["eval"]
+    assert ev["episodes"] == 2 == len(ev["returns"]) == len(ev["lengths"])
+    assert ev["mean"] == pytest.approx(np.mean(ev["returns"])) and ev["min"] <= ev["median"] <= ev["max"]
+    assert all(0 < n <= 150 for n in ev["lengths"])
+    assert ev["capped"] == sum(n == 150 for n in ev["lengths"])  # the step cap bounds an idle agent
+    for k, v in args_expected.items():
+        assert res["args"][k] == v
+    return res
+
+
+def test_end_to_end_abs_moves_L_within_range(tmp_path):
+    p = run([*TINY, "--total-timesteps", "4000", "--run-name", "abs", "--divergence-low", "0.01", "--divergence-high", "0.5"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = tmp_path / "abs"
+    check_eval_json(run_dir / "eval_results.json", {"adapt": True, "num_steps_max": 16}, 4000)
+    assert "step 4" in p.stdout and "| L " in p.stdout and "ETA" in p.stdout
+    tags = scalars(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon",
+                "losses/td_loss", "losses/q_values", "adapt/divergence", "adapt/divergence_mean",
+                "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs", "perf/env_seconds",
+                "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds"]:
+        assert tag in tags, tag
+    Ls = [v for _, v in tags["adapt/num_steps"]]
+    assert all(4 <= L <= 16 for L in Ls) and len(set(Ls)) > 1  # L moved and stayed in range
+    steps = [s for s, _ in tags["adapt/divergence"]]
+    for tag in ["adapt/divergence_mean", "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs"]:
+        assert [s for s, _ in tags[tag]] == steps  # one row per measurement, paired by global step
+    for (_, L), (_, B), (_, ep) in zip(tags["adapt/num_steps"], tags["adapt/batch_size"], tags["adapt/update_epochs"]):
+        assert B == 8 * L and ep == pqn.update_epochs_for(int(L), 2, 32)
+    assert all(0.0 <= d <= 1.0 for _, d in tags["adapt/divergence"])
+    # Each iteration advances the global step by E * L, where L is the one produced by the previous measurement.
+    for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
+        assert s1 - s0 == 8 * L
+    assert (run_dir / "checkpoint.pt").exists()
+
+
+def test_end_to_end_fixed_baseline_and_pqn_l(tmp_path):
+    p = run([*TINY, "--total-timesteps", "1000", "--run-name", "fixed", "--no-adapt", "--num-steps", "8",
+             "--network", "pqn-l", "--save-model"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = tmp_path / "fixed"
+    res = check_eval_json(run_dir / "eval_results.json", {"adapt": False, "num_steps": 8, "network": "pqn-l"}, 1000)
+    assert res["global_step"] == 1024  # 16 iterations of 8 envs x 8 steps
+    tags = scalars(run_dir)
+    assert not any(t.startswith("adapt/") for t in tags)
+    model = torch.load(run_dir / "model.pt", weights_only=False)
+    assert any(k.startswith("blocks.4.") for k in model["q_network"])
+
+
+def test_resume_continues_step_count_and_run_dir(tmp_path):
+    p = run([*TINY, "--total-timesteps", "1200", "--run-name", "r", "--eval-episodes", "0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ckpt = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
+    first_step = ckpt["global_step"]
+    assert first_step >= 1200 and ckpt["scheduler"]["num_measurements"] == ckpt["iteration"]
+    p = run(["--resume", str(tmp_path / "r" / "checkpoint.pt"), "--total-timesteps", "2400", "--eval-episodes", "2",
+             "--eval-max-episode-steps", "150", "--no-cuda"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "resumed" in p.stdout and f"global_step {first_step}" in p.stdout
+    res = check_eval_json(tmp_path / "r" / "eval_results.json", {"num_envs": 8, "window": 2}, 2400)
+    ckpt2 = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
+    assert ckpt2["global_step"] == res["global_step"] >= 2400
+    assert ckpt2["scheduler"]["num_measurements"] == ckpt2["iteration"] > ckpt["iteration"]
+    assert os.listdir(tmp_path) == ["r"]  # no second run directory
+    steps = [s for s, _ in scalars(tmp_path / "r")["adapt/num_steps"]]
+    assert steps == sorted(steps) and steps[-1] > first_step
+
+
+def test_sigterm_checkpoints_and_resume_finishes(tmp_path):
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "10000000", "--run-name", "s",
+                             "--output-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=ENV)
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "resume with --resume" in out
+    ckpt = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=False)
+    assert 0 < ckpt["global_step"] < 10000000
+    assert not (tmp_path / "s" / "eval_results.json").exists()
+    p = run(["--resume", str(tmp_path / "s" / "checkpoint.pt"), "--total-timesteps", str(ckpt["global_step"] + 300),
+             "--eval-episodes", "1", "--eval-max-episode-steps", "50", "--no-cuda"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "s" / "eval_results.json").read_text())
+    assert res["global_step"] >= ckpt["global_step"] + 300 and res["eval"]["episodes"] == 1
+
+
+def test_non_finite_loss_stops_with_checkpoint(tmp_path):
+    p = run([*TINY, "--total-timesteps", "20000", "--run-name", "nan", "--learning-rate", "1e30"], tmp_path)
+    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
+    assert "non-finite TD loss" in p.stderr and "checkpoint saved" in p.stderr
+    assert (tmp_path / "nan" / "checkpoint.pt").exists()
+    assert not (tmp_path / "nan" / "eval_results.json").exists()
