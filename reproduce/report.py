@@ -1,0 +1,587 @@
+#!/usr/bin/env python
+"""The paper's tables and figures from directories of finished runs (SPEC section 7, issue 6).
+
+    python reproduce/report.py --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
+
+Every `eval_results.json` below a labelled directory (any depth) is one finished run; the TensorBoard
+events beside it give the training curves. Runs are grouped by label, game (env id without `-v5`) and
+seed. Atari scores are human-normalised (HNS) with `atari57_scores.csv` beside this file; other
+environments (MuJoCo) stay in raw returns. Aggregates (IQM, median, mean, optimality gap) and their
+95% stratified-bootstrap confidence intervals come from `rliable` (Agarwal et al. 2021).
+Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rliable import library as rly  # noqa: E402
+from rliable import metrics  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
+BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco")
+RETURN_TAG = "charts/episodic_return"
+DIVERGENCE_TAGS = ("adapt/divergence", "adapt/kl")  # PQN/BTR: greedy-action change; PPO: KL
+SIZE_TAGS = ("adapt/num_steps", "adapt/batch_size")
+UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed)",
+         "adapt/kl": "divergence δ = KL (nats)",
+         "adapt/num_steps": "rollout length L (steps per env)",
+         "adapt/batch_size": "batch size (transitions per update)"}
+AGGREGATES = ("IQM", "median", "mean", "optimality gap")
+EARLY, LATE = 0.1, 0.9  # first 10% / last 10% of training steps
+
+
+# ----------------------------------------------------------------------------- scores and statistics
+def load_atari_scores(path: Path = SCORES_CSV) -> dict[str, dict]:
+    """game -> {random, human, atari10, atari5} from the 57-game table."""
+    with open(path, newline="") as f:
+        return {r["game"]: {"random": float(r["random"]), "human": float(r["human"]),
+                            "atari10": r["atari10"] == "1", "atari5": r["atari5"] == "1"}
+                for r in csv.DictReader(f)}
+
+
+def game_of(env_id: str) -> str:
+    """`Breakout-v5`, `ALE/Breakout-v5`, `BreakoutNoFrameskip-v4` -> `Breakout`; `Hopper-v5` -> `Hopper`."""
+    return re.sub(r"(NoFrameskip)?-v\d+$", "", env_id.split("/")[-1])
+
+
+def human_normalized_score(score, random: float, human: float):
+    """HNS = (score - random) / (human - random)."""
+    return (np.asarray(score, dtype=float) - random) / (human - random)
+
+
+def benchmark_games(benchmark: str, table: dict) -> list[str] | None:
+    """The benchmark's games; None for mujoco (any non-Atari environment)."""
+    if benchmark == "mujoco":
+        return None
+    return sorted(g for g, s in table.items() if benchmark == "atari57" or s[benchmark])
+
+
+def iqm(scores) -> float:
+    """Interquartile mean (25% trimmed mean) over all runs and games."""
+    return float(metrics.aggregate_iqm(np.asarray(scores, dtype=float)))
+
+
+def aggregate(scores: np.ndarray) -> np.ndarray:
+    """(runs x games) scores -> [IQM, median, mean, optimality gap], in the order of AGGREGATES."""
+    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
+                     metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
+
+
+def mean_score(scores: np.ndarray) -> np.ndarray:
+    return np.array([np.mean(scores)])
+
+
+def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0):
+    """Point estimates and 95% stratified-bootstrap CIs (runs resampled within each game).
+
+    score_dict maps a name to a (runs x games) matrix. Returns ({name: point}, {name: 2 x k [lo; hi]})."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # arch's RandomState deprecation notice
+        return rly.get_interval_estimates(score_dict, func, reps=reps,
+                                          random_state=np.random.RandomState(seed))
+
+
+def improvement_rate(score_ref: float, score_other: float) -> float:
+    """(score_ref - score_other) / |score_other|; NaN when score_other is 0."""
+    return (score_ref - score_other) / abs(score_other) if score_other != 0 else float("nan")
+
+
+def early_mean(steps, values, total_steps: float) -> float:
+    """Mean episodic return over the first 10% of training steps."""
+    sel = np.asarray(steps) <= EARLY * total_steps
+    return float(np.mean(np.asarray(values)[sel])) if sel.any() else float("nan")
+
+
+def late_variance(steps, values, total_steps: float) -> float:
+    """Population variance of episodic return over the last 10% of training steps."""
+    sel = np.asarray(steps) >= LATE * total_steps
+    return float(np.var(np.asarray(values)[sel])) if sel.any() else float("nan")
+
+
+def finite_mean(xs) -> float:
+    """Mean of the finite values (NaN when none), e.g. the mean improvement rate over games."""
+    v = [x for x in xs if np.isfinite(x)]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def binned(steps, values, edges: np.ndarray) -> np.ndarray:
+    """Mean of values per step bin (NaN for empty bins)."""
+    idx = np.clip(np.digitize(steps, edges[1:-1]), 0, len(edges) - 2)
+    sums = np.bincount(idx, values, len(edges) - 1)
+    counts = np.bincount(idx, None, len(edges) - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Across-run mean, min, max and count per bin of binned curves."""
+    a = np.vstack(curves)
+    n = np.sum(~np.isnan(a), axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins
+        return np.nanmean(a, 0), np.nanmin(a, 0), np.nanmax(a, 0), n
+
+
+# ----------------------------------------------------------------------------- reading runs
+@dataclass
+class Run:
+    label: str
+    path: Path
+    env_id: str
+    game: str
+    seed: int
+    score: float  # mean evaluation return
+    total_steps: int
+    scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
+
+
+def read_run(label: str, run_dir: Path) -> Run:
+    r = json.loads((run_dir / "eval_results.json").read_text())
+    args, ev = r.get("args", {}), r["eval"]
+    env_id = r.get("env_id") or args["env_id"]
+    if not ev.get("returns") and "mean" not in ev:
+        raise ValueError("no evaluation episodes")
+    score = float(ev["mean"]) if "mean" in ev else float(np.mean(ev["returns"]))
+    if not np.isfinite(score):
+        raise ValueError(f"non-finite evaluation score {score}")
+    total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)
+    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total)
+
+
+def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
+    """Finished runs below root, and notes on the directories skipped."""
+    runs, skipped = [], []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        if "eval_results.json" in files:
+            try:
+                runs.append(read_run(label, Path(d)))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                skipped.append(f"`{d}`: unreadable eval_results.json ({type(e).__name__}: {e})")
+        elif "checkpoint.pt" in files or any(f.startswith("events.out.tfevents") for f in files):
+            skipped.append(f"`{d}`: no eval_results.json (unfinished run)")
+    return runs, skipped
+
+
+def load_scalars(run_dir: Path, tags) -> dict:
+    """tag -> (steps, values) from the run's TensorBoard events; a resumed run's re-logged steps keep
+    the newest value."""
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    out = {}
+    for tag in sorted(set(tags) & set(acc.Tags().get("scalars", []))):
+        newest = {e.step: e.value for e in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
+        steps = np.array(sorted(newest), dtype=float)
+        out[tag] = (steps, np.array([newest[s] for s in sorted(newest)], dtype=float))
+    return out
+
+
+def collect(roots: dict[str, Path], benchmark: str | None, table: dict):
+    """-> data[label][game][seed] = Run, the game list, and notes for the report."""
+    data, notes, found = {}, [], set()
+    allowed = benchmark_games(benchmark, table) if benchmark else None
+    for label, root in roots.items():
+        runs, skipped = find_runs(label, root)
+        notes += [f"{label}: skipped {s}" for s in skipped]
+        data[label] = {}
+        for run in runs:
+            if (benchmark == "mujoco" and run.game in table) or (allowed is not None and run.game not in allowed):
+                notes.append(f"{label}: ignored `{run.path}` ({run.env_id} is not in {benchmark})")
+                continue
+            old = data[label].setdefault(run.game, {}).get(run.seed)
+            if old is not None:
+                keep, drop = sorted([old, run], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+                notes.append(f"{label}: {run.game} seed {run.seed} found twice; kept the newer `{keep.path}`, "
+                             f"ignored `{drop.path}`")
+                run = keep
+            data[label][run.game][run.seed] = run
+            found.add(run.game)
+    games = sorted(found) if allowed is None else allowed
+    for label in data:
+        for game in data[label].values():
+            for run in game.values():
+                run.scalars = load_scalars(run.path, (RETURN_TAG, *DIVERGENCE_TAGS, *SIZE_TAGS))
+    return data, games, notes
+
+
+# ----------------------------------------------------------------------------- tables
+def fmt(x: float) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def normalized(run: Run, table: dict) -> float:
+    """HNS for Atari, raw return otherwise."""
+    s = table.get(run.game)
+    return float(human_normalized_score(run.score, s["random"], s["human"])) if s else run.score
+
+
+def aggregate_table(data, games, table, reps, seed):
+    """Per label: (runs x games) HNS matrix over its Atari games, cut to the fewest seeds any game has."""
+    mats, rows, notes = {}, {}, []
+    for label, by_game in data.items():
+        gs = [g for g in games if g in by_game and g in table]
+        if not gs:
+            continue
+        n = min(len(by_game[g]) for g in gs)
+        if any(len(by_game[g]) > n for g in gs):
+            notes.append(f"{label}: games have unequal seed counts; aggregates use the first {n} seed(s) of each game")
+        mats[label] = np.array([[normalized(by_game[g][s], table) for s in sorted(by_game[g])[:n]] for g in gs]).T
+    if not mats:
+        return rows, notes
+    point, ci = bootstrap_ci(mats, aggregate, reps, seed)
+    for label, m in mats.items():
+        rows[label] = {"point": point[label], "lo": ci[label][0], "hi": ci[label][1],
+                       "games": m.shape[1], "runs": m.size}
+    return rows, notes
+
+
+def per_game_scores(data, games, reps, seed):
+    """(game, label) -> (mean return, lo, hi, n runs)."""
+    out = {}
+    for game in games:
+        mats = {lb: np.array([[r.score] for r in by_game[game].values()])
+                for lb, by_game in data.items() if game in by_game}
+        if mats:
+            point, ci = bootstrap_ci(mats, mean_score, reps, seed)
+            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m)) for lb, m in mats.items()})
+    return out
+
+
+def early_late(data, games) -> tuple[dict, dict]:
+    """(game, label) -> (value, n runs) for the first-10% mean return and the last-10% return variance,
+    each averaged over the runs whose curve has points in that window."""
+    early, late = {}, {}
+    for game in games:
+        for lb, by_game in data.items():
+            curves = [(*r.scalars[RETURN_TAG], r.total_steps or r.scalars[RETURN_TAG][0].max())
+                      for r in by_game.get(game, {}).values() if RETURN_TAG in r.scalars]
+            for out, stat in ((early, early_mean), (late, late_variance)):
+                v = [x for x in (stat(*c) for c in curves) if np.isfinite(x)]
+                if v:
+                    out[(game, lb)] = (float(np.mean(v)), len(v))
+    return early, late
+
+
+def improvement_rates(data, games, table, ref):
+    """other label -> {game: improvement rate of ref over other}, on per-game mean HNS / raw return."""
+    def mean_of(lb, g):
+        return float(np.mean([normalized(r, table) for r in data[lb][g].values()]))
+    return {lb: {g: improvement_rate(mean_of(ref, g), mean_of(lb, g)) for g in games
+                 if g in data[ref] and g in data[lb]} for lb in data if lb != ref}
+
+
+def best_count_line(best: dict, labels, complete, what: str) -> str:
+    """The paper's "ABS best in 8 of 10 games" line, for the first (reference) label; ties count for all."""
+    if not complete:
+        return f"No game has data for every label: no \"{what}\" count."
+    counts = {lb: sum(lb in best[g] for g in complete) for lb in labels}
+    head = f"**{labels[0]} {what} in {counts[labels[0]]} of {len(complete)} games**"
+    rest = ", ".join(f"{lb} {counts[lb]}" for lb in labels[1:])
+    return (f"{head} (games every label ran; rows with a missing label are not counted; ties count for each)"
+            + (f"; others: {rest}." if rest else "."))
+
+
+# ----------------------------------------------------------------------------- figures
+def write_csv(path: Path, header, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+
+
+def save(fig, out: Path, name: str, header, rows) -> str:
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=100)
+    plt.close(fig)
+    write_csv(out / f"{name}.csv", header, rows)
+    return f"`{name}.png` (data: `{name}.csv`)"
+
+
+def grid(n: int, title: str, w=4.5, h=3.4):
+    cols = min(n, 5)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows + 0.4), squeeze=False)
+    fig.suptitle(title)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes.flat
+
+
+def curve_rows(runs: list[Run], tag: str, bins: int):
+    """Binned across-run band of one tag: (step, mean, min, max, n) arrays, empty bins removed."""
+    series = [r.scalars[tag] for r in runs if tag in r.scalars]
+    if not series:
+        return None
+    edges = np.linspace(0, max(max(r.total_steps for r in runs), max(s.max() for s, _ in series)), bins + 1)
+    mean, lo, hi, n = band([binned(s, v, edges) for s, v in series])
+    keep = n > 0
+    return (0.5 * (edges[1:] + edges[:-1]))[keep], mean[keep], lo[keep], hi[keep], n[keep]
+
+
+def legend_or_note(ax, note: str):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes)
+
+
+def plot_band(ax, label, color, c):
+    step, mean, lo, hi, _ = c
+    ax.plot(step, mean, label=label, color=color)
+    ax.fill_between(step, lo, hi, alpha=0.25, color=color)
+
+
+def learning_curves_figure(data, games, out, bins):
+    games = [g for g in games if any(g in d for d in data.values())]
+    fig, axes = grid(len(games), "Learning curves: mean over seeds, shaded min–max")
+    rows = []
+    for ax, game in zip(axes, games):
+        for i, (lb, by_game) in enumerate(data.items()):  # one colour per label in every panel
+            c = curve_rows(list(by_game.get(game, {}).values()), RETURN_TAG, bins)
+            if c is not None:
+                plot_band(ax, lb, f"C{i}", c)
+                rows += [[game, lb, *map(float, x[:4]), int(x[4])] for x in zip(*c)]
+        ax.set(title=game, xlabel="environment steps", ylabel="training episodic return")
+        legend_or_note(ax, f"no {RETURN_TAG} events")
+    return save(fig, out, "learning_curves", ["game", "label", "step", "mean", "min", "max", "n_runs"], rows)
+
+
+def adapt_figure(data, out, bins):
+    panels = [tag for tag in (*DIVERGENCE_TAGS, *SIZE_TAGS)
+              if any(tag in r.scalars for d in data.values() for g in d.values() for r in g.values())]
+    if not panels:
+        return None
+    fig, axes = grid(len(panels), "Batch-size controller: mean over games and seeds, shaded min–max")
+    rows = []
+    for ax, tag in zip(axes, panels):
+        for i, (lb, by_game) in enumerate(data.items()):
+            c = curve_rows([r for g in by_game.values() for r in g.values()], tag, bins)
+            if c is not None:
+                plot_band(ax, lb, f"C{i}", c)
+                rows += [[tag, lb, *map(float, x[:4]), int(x[4])] for x in zip(*c)]
+        ax.set(title=tag, xlabel="environment steps", ylabel=UNITS[tag])
+        legend_or_note(ax, f"no {tag} events")
+    return save(fig, out, "adapt", ["tag", "label", "step", "mean", "min", "max", "n_runs"], rows)
+
+
+def improvement_figure(rates, ref, out):
+    games = sorted({g for r in rates.values() for g in r}) + ["mean"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(games) * len(rates)), 4))
+    width, rows = 0.8 / len(rates), []
+    for i, (lb, r) in enumerate(rates.items()):
+        vals = [100 * r.get(g, np.nan) for g in games[:-1]] + [100 * finite_mean(r.values())]
+        ax.bar(np.arange(len(games)) + (i - (len(rates) - 1) / 2) * width, vals, width, label=f"{ref} over {lb}")
+        rows += [[g, ref, lb, v] for g, v in zip(games, vals)]
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(games)), games, rotation=45, ha="right")
+    ax.set(xlabel="game", ylabel="improvement rate (%)", title=f"Improvement rate of {ref}")
+    ax.legend()
+    return save(fig, out, "improvement_rate", ["game", "reference", "other", "improvement_rate_percent"], rows)
+
+
+def aggregate_figure(agg, out):
+    labels = list(agg)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 0.5 * len(labels) + 2))
+    rows = []
+    for k, (ax, name) in enumerate(zip(axes, AGGREGATES)):
+        p = np.array([agg[lb]["point"][k] for lb in labels])
+        lo = np.array([agg[lb]["lo"][k] for lb in labels])
+        hi = np.array([agg[lb]["hi"][k] for lb in labels])
+        ax.errorbar(p, np.arange(len(labels)), xerr=[np.maximum(p - lo, 0), np.maximum(hi - p, 0)],
+                    fmt="o", capsize=4, label="95% CI")
+        ax.set_yticks(np.arange(len(labels)), labels)
+        ax.set_ylim(-0.6, len(labels) - 0.4)
+        ax.set(xlabel=f"{name} of human-normalised score", title=name)
+        ax.legend(fontsize=8)
+        rows += [[lb, name, p[i], lo[i], hi[i], agg[lb]["games"], agg[lb]["runs"]] for i, lb in enumerate(labels)]
+    return save(fig, out, "aggregates", ["label", "metric", "point", "ci_low", "ci_high", "n_games", "n_runs"], rows)
+
+
+# ----------------------------------------------------------------------------- report
+def marked(text: str | None, is_best: bool) -> str:
+    return "missing" if text is None else (f"**{text}**" if is_best else text)
+
+
+def best_by(values: dict, games, labels, pick=max) -> dict:
+    """game -> set of labels with the best value (pick=max or min) among the labels that ran it; ties
+    count for every tied label."""
+    best = {}
+    for g in games:
+        v = {lb: values[(g, lb)] for lb in labels if np.isfinite(values.get((g, lb), np.nan))}
+        best[g] = {lb for lb, x in v.items() if x == pick(v.values())} if v else set()
+    return best
+
+
+def data_section(data, games, notes, roots) -> list[str]:
+    rows = [[lb, f"`{roots[lb]}`", str(sum(len(s) for s in d.values())), f"{len(d)} of {len(games)}",
+             ", ".join(f"{g}: {len(d[g])}" for g in games if g in d) or "–",
+             ", ".join(g for g in games if g not in d) or "none"] for lb, d in data.items()]
+    md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
+    md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
+           for lb, d in data.items() if any(g not in d for g in games)]
+    return md + [f"- {n}" for n in notes] + [""]
+
+
+def aggregate_section(agg, agg_notes, games, table) -> list[str]:
+    md = ["## Aggregate human-normalised score", ""]
+    if not agg:
+        return md + ["No Atari games: raw returns of different environments share no scale, so no aggregate is "
+                     "computed; see the per-game table.", ""]
+    md.append(md_table(["label", *(f"{a} [95% CI]" for a in AGGREGATES), "games", "runs"],
+                       [[lb, *(f"{fmt(r['point'][k])} [{fmt(r['lo'][k])}, {fmt(r['hi'][k])}]" for k in range(4)),
+                         str(r["games"]), str(r["runs"])] for lb, r in agg.items()]))
+    md += [""] + [f"- {n}" for n in agg_notes]
+    if len({r["games"] for r in agg.values()}) > 1:
+        md.append("- Labels rest on different game sets (see missing games); compare with care.")
+    if any(g not in table for g in games):
+        md.append("- Non-Atari environments are left out of these aggregates (raw returns share no scale).")
+    return md + [""]
+
+
+def per_game_section(scores, games, labels, complete) -> list[str]:
+    best = best_by({k: v[0] for k, v in scores.items()}, games, labels)
+
+    def text(g, lb):
+        return None if (g, lb) not in scores else \
+            "{} [{}, {}] n={}".format(*map(fmt, scores[(g, lb)][:3]), scores[(g, lb)][3])
+    return ["## Per-game evaluation return", "",
+            "Mean over seeds of each run's mean evaluation return (raw game score) [95% CI]; best label in bold.", "",
+            md_table(["game", *labels], [[g, *(marked(text(g, lb), lb in best[g]) for lb in labels)] for g in games]),
+            "", best_count_line(best, labels, complete, "best"), ""]
+
+
+def early_late_section(early, late, data, games, labels) -> list[str]:
+    best_early = best_by({k: v[0] for k, v in early.items()}, games, labels)
+    best_late = best_by({k: v[0] for k, v in late.items()}, games, labels, min)
+
+    def text(values, g, lb):
+        if (g, lb) not in values:
+            return "no data" if g in data[lb] else None
+        return f"{fmt(values[(g, lb)][0])} n={values[(g, lb)][1]}"
+    rows = [[g, *(marked(text(early, g, lb), lb in best_early[g]) for lb in labels),
+             *(marked(text(late, g, lb), lb in best_late[g]) for lb in labels)] for g in games]
+
+    def complete(values):
+        return [g for g in games if all((g, lb) in values for lb in labels)]
+    return ["## Early / late training", "",
+            f"From `{RETURN_TAG}`: early = mean episodic return over the first 10% of training steps; late = "
+            "variance of episodic return over the last 10% (population variance per run); both averaged over "
+            "the seeds with episodes in that window (n). Bold: highest early return, lowest late variance.", "",
+            md_table(["game", *(f"{lb} early" for lb in labels), *(f"{lb} late var" for lb in labels)], rows), "",
+            best_count_line(best_early, labels, complete(early), "higher early"), "",
+            best_count_line(best_late, labels, complete(late), "lower late variance"), ""]
+
+
+def improvement_section(rates, games, ref) -> list[str]:
+    md = [f"## Improvement rate of {ref}", "",
+          f"Improvement rate of {ref} over a label X on a game: (s_{ref} - s_X) / |s_X|, where s is the mean over "
+          "seeds of the human-normalised score (Atari) or of the raw evaluation return (other environments); "
+          "shown in %. The mean is over the games both labels ran (a game with s_X = 0 is left out).", ""]
+    if not rates:
+        return md + ["Needs a second label.", ""]
+    rows = [[g, *(f"{fmt(100 * r[g])}%" if g in r else "–" for r in rates.values())]
+            for g in games if any(g in r for r in rates.values())]
+    rows.append(["**mean**", *(f"**{fmt(100 * finite_mean(r.values()))}%** "
+                               f"({int(np.isfinite(list(r.values())).sum())} games)" for r in rates.values())])
+    return md + [md_table(["game", *(f"{ref} over {lb}" for lb in rates)], rows), ""]
+
+
+def figures_section(data, games, agg, rates, ref, out, bins) -> list[str]:
+    figures = [learning_curves_figure(data, games, out, bins)]
+    adapt = adapt_figure(data, out, bins)
+    figures.append(adapt or "no adapt/* tags in any run: no adapt figure")
+    no_adapt = [lb for lb, d in data.items() if d and not any(
+        t in r.scalars for g in d.values() for r in g.values() for t in (*DIVERGENCE_TAGS, *SIZE_TAGS))]
+    if adapt and no_adapt:
+        figures.append(f"no adapt/* tags for {', '.join(no_adapt)} (fixed batch): not in `adapt.png`")
+    if rates:
+        figures.append(improvement_figure(rates, ref, out))
+    if agg:
+        figures.append(aggregate_figure(agg, out))
+    return ["## Figures", ""] + [f"- {f}" for f in figures] + [""]
+
+
+def write_report(data, games, notes, args, table) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ref = args.reference or next(iter(data))
+    data = {ref: data[ref], **{lb: d for lb, d in data.items() if lb != ref}}  # reference label first
+    labels = list(data)
+    complete = [g for g in games if all(g in d for d in data.values())]
+    agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
+    rates = improvement_rates(data, games, table, ref)
+    md = ["# Report", "", f"Generated by `reproduce/report.py` from {len(labels)} label(s); benchmark: "
+          f"{args.benchmark or 'the games found'} ({len(games)} games). 95% CIs: stratified bootstrap over runs "
+          f"within each game (`rliable`, {args.reps} reps). *n* = runs a number rests on.", ""]
+    md += data_section(data, games, notes, args.runs)
+    md += aggregate_section(agg, agg_notes, games, table)
+    md += per_game_section(per_game_scores(data, games, args.reps, args.seed), games, labels, complete)
+    md += early_late_section(*early_late(data, games), data, games, labels)
+    md += improvement_section(rates, games, ref)
+    md += figures_section(data, games, agg, rates, ref, out, args.bins)
+    (out / "report.md").write_text("\n".join(md))
+    return out / "report.md"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", required=True, metavar="LABEL=DIR",
+                   help="labelled directories searched recursively for eval_results.json")
+    p.add_argument("--out", default="report", help="output directory (report.md, PNG + CSV figures)")
+    p.add_argument("--benchmark", choices=BENCHMARKS, help="restrict to and check against this game set")
+    p.add_argument("--reference", help="label whose improvement rate is reported (default: the first)")
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
+    p.add_argument("--bins", type=int, default=50, help="step bins of the curves")
+    args = p.parse_args(argv)
+    runs = {}
+    for item in args.runs:
+        label, _, d = item.partition("=") if "=" in item else (Path(item).name, "", item)
+        if not label or label in runs:
+            p.error(f"--runs: empty or repeated label in {item!r}")
+        if not Path(d).is_dir():
+            p.error(f"--runs: {d!r} is not a directory")
+        runs[label] = Path(d)
+    if args.reference is not None and args.reference not in runs:
+        p.error(f"--reference: {args.reference!r} is not one of the labels {list(runs)}")
+    if args.reps < 1 or args.bins < 1:
+        p.error("--reps and --bins must be positive")
+    args.runs = runs
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    table = load_atari_scores()
+    data, games, notes = collect(args.runs, args.benchmark, table)
+    if not any(data.values()):
+        print("report.py: no finished runs (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
+              + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
+        return 1
+    path = write_report(data, games, notes, args, table)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
