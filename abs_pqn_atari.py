@@ -472,6 +472,7 @@ if __name__ == "__main__":
     writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
     def save_checkpoint():
@@ -599,6 +600,8 @@ if __name__ == "__main__":
             sys.exit(128 + stop_signal[0])
     envs.close()
     train_seconds += time.time() - start_time
+    if device.type == "cuda":
+        writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
 
     # Training is checkpointed; a signal during evaluation simply ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
