@@ -1,0 +1,683 @@
+# PPO + Adaptive Batch Scaling (ABS) on gymnasium MuJoCo, single file in the style of CleanRL.
+# Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026).
+# ABS measures Behavioral Divergence, here the analytic KL(pi_new || pi_old) between the diagonal
+# Gaussian policies before and after an update, and maps it on a log scale to the rollout length L:
+# a settling policy gets a larger batch. `--no-adapt --num-steps 2048` is CleanRL's continuous PPO.
+import copy
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.distributions.normal import Normal
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the default run name)"""
+    seed: int = 1
+    """seed of the experiment (python, numpy, torch, gymnasium)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    torch_threads: int = 1
+    """CPU threads of torch (1 suits the 64-unit MLPs and shared machines; 0 keeps torch's default)"""
+    track: bool = False
+    """log to Weights and Biases (wandb is imported only then)"""
+    wandb_project_name: str = "abs"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    output_dir: str = "runs"
+    """everything a run writes goes under <output-dir>/<run-name>/"""
+    run_name: Optional[str] = None
+    """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    checkpoint_every: int = 500_000
+    """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    save_model: bool = False
+    """write the final agent and its observation-normalisation statistics to <run>/model.pt"""
+    log_every_seconds: float = 5.0
+    """at most one progress line per this many seconds"""
+
+    # PPO (CleanRL's ppo_continuous_action.py defaults)
+    env_id: str = "HalfCheetah-v5"
+    """a gymnasium MuJoCo id, e.g. HalfCheetah-v5 or InvertedPendulum-v5"""
+    total_timesteps: int = 5_000_000
+    """total environment steps (summed over the envs)"""
+    learning_rate: float = 3e-4
+    """Adam learning rate (annealed linearly to 0 over --total-timesteps unless --no-anneal-lr)"""
+    anneal_lr: bool = True
+    """anneal the learning rate by the fraction of --total-timesteps done (iterations vary in length)"""
+    num_envs: int = 1
+    """number of parallel environments E (gymnasium SyncVectorEnv)"""
+    num_minibatches: int = 32
+    """minibatches per epoch (fixed; their size grows with L)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    norm_adv: bool = True
+    """normalise the advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss like the surrogate"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient-norm clip"""
+
+    # ABS
+    adapt: bool = True
+    """adapt the rollout length with ABS (--no-adapt: fixed --num-steps)"""
+    num_steps: int = 2048
+    """rollout length L when --no-adapt"""
+    num_steps_min: int = 1024
+    """L_min, the shortest rollout ABS uses (and the length during burn-in)"""
+    num_steps_max: int = 8192
+    """L_max, the longest rollout ABS uses (storage is allocated at this length)"""
+    adapt_freq: int = 10
+    """K: measure the KL every K iterations"""
+    window: int = 10
+    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    ema_beta: float = 0.1
+    """beta of the EMA that moves L towards its target"""
+    kl_low: float = 0.01
+    """delta_min: a mean KL at or below this gives L_max"""
+    kl_high: float = 0.1
+    """delta_max: a mean KL at or above this gives L_min"""
+    ref_batch_size: int = 2048
+    """M: rollout states on which the KL is measured"""
+    schedule: str = "log"
+    """interpolation of L between the KL bounds: log | linear"""
+    update_epochs: int = 10
+    """base epochs at the reference length"""
+    epochs_ref_steps: int = 2048
+    """reference length of the epoch rule: epochs = max(min, round(base * L / ref))"""
+    min_update_epochs: int = 1
+    """floor of the epoch rule (PPO: 1, so L=1024 gets 5 epochs)"""
+    track_divergence: bool = False
+    """with --no-adapt, still measure and log the KL every K iterations"""
+
+    # Evaluation
+    eval_episodes: int = 10
+    """deterministic (mean action) evaluation episodes after training, observation statistics frozen"""
+
+
+SCHEDULES = ("log", "linear")
+# Flags that may change on --resume; every other flag is taken from the checkpoint.
+RUN_CONTROL_FLAGS = (
+    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads", "track",
+    "wandb_project_name", "wandb_entity", "eval_episodes",
+)
+
+
+def multiples_in(L_min: int, L_max: int, multiple: int) -> tuple[int, int]:
+    """The smallest and largest multiple of `multiple` in [L_min, L_max] (lo > hi when there is none)."""
+    return -(-L_min // multiple) * multiple, L_max // multiple * multiple
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
+    if args.schedule not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    try:
+        is_mujoco = "mujoco" in str(gym.spec(args.env_id).entry_point)
+    except Exception:
+        is_mujoco = False
+    if not is_mujoco:
+        raise ValueError(f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v5, got {args.env_id!r}")
+    for flag, value in [("--num-envs", args.num_envs), ("--num-minibatches", args.num_minibatches),
+                        ("--num-steps", args.num_steps), ("--num-steps-min", args.num_steps_min),
+                        ("--adapt-freq (K)", args.adapt_freq), ("--window (W)", args.window),
+                        ("--ref-batch-size (M)", args.ref_batch_size), ("--update-epochs", args.update_epochs),
+                        ("--epochs-ref-steps", args.epochs_ref_steps), ("--min-update-epochs", args.min_update_epochs),
+                        ("--total-timesteps", args.total_timesteps)]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.num_steps_min > args.num_steps_max:
+        raise ValueError(f"--num-steps-min ({args.num_steps_min}) must be <= --num-steps-max ({args.num_steps_max})")
+    if not 0.0 < args.kl_low < args.kl_high:
+        raise ValueError(f"--kl-low and --kl-high must satisfy 0 < low < high, got {args.kl_low} and {args.kl_high}")
+    if not 0.0 < args.ema_beta <= 1.0:
+        raise ValueError(f"--ema-beta must be in (0, 1], got {args.ema_beta}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        raise ValueError(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
+    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.max_grad_norm <= 0:
+        raise ValueError("--learning-rate, --clip-coef and --max-grad-norm must be > 0")
+    # Every L the run may use must split into equal minibatches: ABS rounds L to a multiple of the minibatch count.
+    lo, hi = multiples_in(args.num_steps_min, args.num_steps_max, args.num_minibatches)
+    if args.adapt and lo > hi:
+        raise ValueError(f"[--num-steps-min, --num-steps-max] = [{args.num_steps_min}, {args.num_steps_max}] "
+                         f"contains no multiple of --num-minibatches ({args.num_minibatches})")
+    if not args.adapt and (args.num_envs * args.num_steps) % args.num_minibatches:
+        raise ValueError(f"the batch --num-envs x --num-steps ({args.num_envs * args.num_steps}) must be "
+                         f"divisible by --num-minibatches ({args.num_minibatches})")
+    if args.num_envs * (lo if args.adapt else args.num_steps) < 2 * args.num_minibatches:
+        raise ValueError(f"--num-minibatches ({args.num_minibatches}) leaves fewer than 2 transitions per minibatch")
+    if args.eval_episodes < 0 or args.checkpoint_every < 0 or args.torch_threads < 0:
+        raise ValueError("--eval-episodes, --checkpoint-every and --torch-threads must be >= 0")
+
+
+# ---------------------------------------------------------------- the ABS schedule (pure math)
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
+                         schedule: str = "log") -> float:
+    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
+    d = min(max(delta_bar, delta_min), delta_max)
+    if schedule == "log":
+        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
+    else:
+        alpha = (d - delta_min) / (delta_max - delta_min)
+    return L_max - alpha * (L_max - L_min)
+
+
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int = 1) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch)."""
+    return max(min_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+class ABSScheduler:
+    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
+
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", multiple=1):
+        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
+        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
+        self.multiple = multiple
+        self.history = deque(maxlen=window)
+        self.L = float(L_min)
+        self.num_measurements = 0
+
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        """L rounded half up to a multiple of `multiple` (PPO: the minibatch count) inside [L_min, L_max]."""
+        lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
+        return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
+
+    def update(self, delta: float) -> int:
+        self.history.append(delta)
+        self.num_measurements += 1
+        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+            return self.num_steps
+        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
+                                      self.schedule)
+        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
+        return self.num_steps
+
+    def state_dict(self):
+        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
+
+    def load_state_dict(self, state):
+        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+def gaussian_kl(mean_new, std_new, mean_old, std_old):
+    """KL(N(mean_new, std_new^2) || N(mean_old, std_old^2)) of diagonal Gaussians, summed over the last dim."""
+    return (torch.log(std_old / std_new) + (std_new.pow(2) + (mean_new - mean_old).pow(2)) / (2.0 * std_old.pow(2))
+            - 0.5).sum(dim=-1)
+
+
+@torch.no_grad()
+def behavioral_divergence(agent_new: nn.Module, agent_old: nn.Module, states: torch.Tensor) -> float:
+    """delta: the mean over the states of KL(pi_new || pi_old), the analytic KL of the Gaussian policies."""
+    return gaussian_kl(*agent_new.policy(states), *agent_old.policy(states)).mean().item()
+
+
+# ---------------------------------------------------------------- PPO
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """CleanRL's continuous agent: separate 64-64 tanh MLPs, state-independent log-std."""
+
+    def __init__(self, obs_dim: int, act_dim: int):
+        super().__init__()
+        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
+                                    nn.Tanh(), layer_init(nn.Linear(64, 1), std=1.0))
+        self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
+                                        nn.Tanh(), layer_init(nn.Linear(64, act_dim), std=0.01))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def get_value(self, x):
+        return self.critic(x).squeeze(-1)
+
+    def policy(self, x):
+        """Mean and standard deviation of the diagonal Gaussian policy."""
+        mean = self.actor_mean(x)
+        return mean, self.actor_logstd.expand_as(mean).exp()
+
+    def get_action_and_value(self, x, action=None):
+        probs = Normal(*self.policy(x))
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.get_value(x)
+
+
+def gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """Advantages over a [L, E] rollout, computed backwards. dones[t]: transition t ended its episode,
+    terminated or truncated (as in CleanRL, a time-limit end does not bootstrap)."""
+    advantages = torch.empty_like(rewards)
+    running, next_value = torch.zeros_like(last_value), last_value
+    for t in reversed(range(rewards.shape[0])):
+        nonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
+        advantages[t] = running = delta + gamma * gae_lambda * nonterminal * running
+        next_value = values[t]
+    return advantages
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):
+    """CleanRL's clipped-surrogate epochs over --num-minibatches minibatches; returns the loss statistics."""
+    batch = b_obs.shape[0]
+    mb_size = batch // args.num_minibatches
+    clipfracs = []
+    for _ in range(epochs):
+        perm = torch.randperm(batch, device=b_obs.device)
+        for start in range(0, batch, mb_size):
+            idx = perm[start : start + mb_size]
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[idx], b_actions[idx])
+            logratio = newlogprob - b_logprobs[idx]
+            ratio = logratio.exp()
+            with torch.no_grad():
+                old_approx_kl = (-logratio).mean()
+                approx_kl = ((ratio - 1) - logratio).mean()
+                clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            mb_adv = b_advantages[idx]
+            if args.norm_adv:
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            pg_loss = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            if args.clip_vloss:
+                v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
+                v_loss = 0.5 * torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2).mean()
+            else:
+                v_loss = 0.5 * ((newvalue - b_returns[idx]) ** 2).mean()
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"non-finite PPO loss ({loss.item()})")
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+    # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
+            "clipfrac": torch.stack(clipfracs).mean().item()}
+
+
+# ---------------------------------------------------------------- environments and normalisation
+def find_wrapper(env, cls):
+    while not isinstance(env, cls):
+        env = env.env
+    return env
+
+
+def make_env(env_id, gamma, train=True):
+    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
+    env = gym.make(env_id)
+    env = gym.wrappers.FlattenObservation(env)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.ClipAction(env)
+    env = gym.wrappers.NormalizeObservation(env)
+    env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
+    if train:
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+    return env
+
+
+def make_envs(env_id, num_envs, gamma):
+    """Same-step autoreset (CleanRL's semantics); all envs share one set of normalisation statistics."""
+    envs = gym.vector.SyncVectorEnv([lambda: make_env(env_id, gamma) for _ in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms
+    return_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms
+    for env in envs.envs[1:]:
+        find_wrapper(env, gym.wrappers.NormalizeObservation).obs_rms = obs_rms
+        find_wrapper(env, gym.wrappers.NormalizeReward).return_rms = return_rms
+    return envs
+
+
+def rms_state(rms):
+    return {"mean": np.array(rms.mean, copy=True), "var": np.array(rms.var, copy=True), "count": float(rms.count)}
+
+
+def set_rms_state(rms, state):
+    rms.mean, rms.var, rms.count = np.array(state["mean"], copy=True), np.array(state["var"], copy=True), state["count"]
+
+
+def normalization_state(envs):
+    """Observation and reward statistics plus each env's discounted-return accumulator."""
+    reward_wrappers = [find_wrapper(env, gym.wrappers.NormalizeReward) for env in envs.envs]
+    return {"obs_rms": rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms),
+            "return_rms": rms_state(reward_wrappers[0].return_rms),
+            "discounted_reward": [np.array(w.discounted_reward, copy=True) for w in reward_wrappers]}
+
+
+def set_normalization_state(envs, state):
+    set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms, state["obs_rms"])
+    set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms, state["return_rms"])
+    for env, accumulator in zip(envs.envs, state["discounted_reward"]):
+        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = np.array(accumulator, copy=True)
+
+
+@torch.no_grad()
+def evaluate(agent, env_id, episodes, obs_rms, seed, device):
+    """Deterministic (mean action) episodes with the training observation statistics frozen.
+    The env's TimeLimit caps an episode (1000 steps for the MuJoCo tasks); capped = truncated episodes."""
+    env = make_env(env_id, gamma=1.0, train=False)
+    normalizer = find_wrapper(env, gym.wrappers.NormalizeObservation)
+    set_rms_state(normalizer.obs_rms, obs_rms)
+    normalizer.update_running_mean = False
+    returns, lengths, capped = [], [], 0
+    obs, _ = env.reset(seed=seed)
+    for _ in range(episodes):
+        ep_return, ep_length, term, trunc = 0.0, 0, False, False
+        while not (term or trunc):
+            mean, _ = agent.policy(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))
+            obs, reward, term, trunc, _ = env.step(mean[0].cpu().numpy())
+            ep_return, ep_length = ep_return + float(reward), ep_length + 1
+        returns.append(ep_return)
+        lengths.append(ep_length)
+        capped += int(trunc and not term)
+        obs, _ = env.reset()
+    env.close()
+    return returns, lengths, capped
+
+
+def summarize_eval(returns, lengths, capped):
+    r = np.asarray(returns, dtype=np.float64)
+    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
+            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+
+
+def atomic_write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(path, obj):
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_state(device):
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state, device):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    args = tyro.cli(Args, args=argv)
+    checkpoint = None
+    try:
+        if args.resume is not None:
+            if not os.path.isfile(args.resume):
+                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            fields = asdict(args)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            args = Args(**{**fields, **saved})
+        validate_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args, checkpoint
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    if checkpoint is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        args.run_name = checkpoint["run_name"]
+    else:
+        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:  # tiny MLPs: extra threads only spin, and starve everything else on a busy CPU
+        torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+
+    envs = make_envs(args.env_id, args.num_envs, args.gamma)
+    obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+    agent = Agent(obs_dim, act_dim).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
+    E = args.num_envs
+    L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
+    scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.kl_low, args.kl_high, args.schedule,
+                             multiple=args.num_minibatches if args.adapt else 1)
+
+    # Rollout storage, allocated once at L_max; an iteration uses the first L rows.
+    obs_buf = torch.zeros((L_max, E, obs_dim), device=device)
+    actions_buf = torch.zeros((L_max, E, act_dim), device=device)
+    logprobs_buf = torch.zeros((L_max, E), device=device)
+    rewards_buf = torch.zeros((L_max, E), device=device)
+    dones_buf = torch.zeros((L_max, E), device=device)
+    values_buf = torch.zeros((L_max, E), device=device)
+    storage_bytes = sum(b.numel() * b.element_size() for b in
+                        (obs_buf, actions_buf, logprobs_buf, rewards_buf, dones_buf, values_buf))
+
+    global_step, iteration, train_seconds = 0, 0, 0.0
+    if checkpoint is not None:
+        agent.load_state_dict(checkpoint["agent"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        set_normalization_state(envs, checkpoint["normalization"])
+        global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
+        set_rng_state(checkpoint["rng"], device)
+        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset; "
+              f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
+    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
+
+    def save_checkpoint():
+        atomic_torch_save(checkpoint_path, {
+            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "normalization": normalization_state(envs), "global_step": global_step,
+            "iteration": iteration, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
+            "run_name": args.run_name})
+
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:  # a second signal: stop now
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
+    next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
+    recent_returns = deque(maxlen=20)
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    start_time, start_step, last_print = time.time(), global_step, 0.0
+    measuring = args.adapt or args.track_divergence
+    while global_step < args.total_timesteps:
+        L = scheduler.num_steps
+        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)
+        measure = measuring and iteration % args.adapt_freq == 0
+        if measure:
+            snapshot.load_state_dict(agent.state_dict())
+        lr = args.learning_rate * (1.0 - global_step / args.total_timesteps if args.anneal_lr else 1.0)
+        optimizer.param_groups[0]["lr"] = lr
+        finished_returns, finished_lengths = [], []
+        for step in range(L):
+            t0 = time.perf_counter()
+            obs_buf[step] = next_obs
+            with torch.no_grad():
+                action, logprobs_buf[step], _, values_buf[step] = agent.get_action_and_value(next_obs)
+            actions_buf[step] = action
+            action_np = action.cpu().numpy()
+            t1 = time.perf_counter()
+            obs, reward, term, trunc, info = envs.step(action_np)
+            t2 = time.perf_counter()
+            next_obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            rewards_buf[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            dones_buf[step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
+            global_step += E
+            if "final_info" in info:  # raw (unnormalised) episode statistics from RecordEpisodeStatistics
+                ended = info["final_info"]["_episode"]
+                finished_returns += info["final_info"]["episode"]["r"][ended].tolist()
+                finished_lengths += info["final_info"]["episode"]["l"][ended].tolist()
+            perf["inference"] += t1 - t0
+            perf["env"] += t2 - t1
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            advantages = gae(rewards_buf[:L], values_buf[:L], dones_buf[:L], agent.get_value(next_obs),
+                             args.gamma, args.gae_lambda)
+            returns = advantages + values_buf[:L]
+        b_obs = obs_buf[:L].reshape(L * E, obs_dim)
+        b_values, b_returns = values_buf[:L].reshape(-1), returns.reshape(-1)
+        try:
+            stats = ppo_update(agent, optimizer, b_obs, actions_buf[:L].reshape(L * E, act_dim), logprobs_buf[:L].reshape(-1),
+                               advantages.reshape(-1), b_returns, b_values, epochs, args)
+        except NonFiniteLoss as e:
+            save_checkpoint()
+            print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
+                  "Lower --learning-rate or check the inputs.", file=sys.stderr)
+            writer.close()
+            sys.exit(3)
+        var_y = b_returns.var(unbiased=False).item()
+        explained_var = float("nan") if var_y == 0 else 1.0 - (b_returns - b_values).var(unbiased=False).item() / var_y
+        perf["update"] += time.perf_counter() - t0
+
+        if measure:
+            t0 = time.perf_counter()
+            ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
+            delta = behavioral_divergence(agent, snapshot, b_obs[ref])
+            if args.adapt:
+                scheduler.update(delta)
+            else:
+                scheduler.history.append(delta)
+            perf["adapt"] += time.perf_counter() - t0
+            new_L = scheduler.num_steps
+            writer.add_scalar("adapt/kl", delta, global_step)
+            writer.add_scalar("adapt/kl_mean", scheduler.delta_bar, global_step)
+            writer.add_scalar("adapt/num_steps", new_L, global_step)
+            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
+            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps,
+                                                                       args.min_update_epochs), global_step)
+        iteration += 1
+
+        now = time.time()
+        train_seconds_now = train_seconds + now - start_time
+        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
+        if finished_returns:
+            recent_returns.extend(finished_returns)
+            writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/learning_rate", lr, global_step)
+        for name, value in stats.items():
+            writer.add_scalar(f"losses/{name}", value, global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        for phase, seconds in perf.items():
+            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
+        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
+            last_print = now
+            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
+            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
+                  f"| kl_bar {scheduler.delta_bar:.4f} | epochs {epochs} | return {ret} "
+                  f"| ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+
+        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
+        if crossed or stop_signal or global_step >= args.total_timesteps:
+            train_seconds, start_time = train_seconds_now, now
+            save_checkpoint()
+        if stop_signal:
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            writer.close()
+            sys.exit(128 + stop_signal[0])
+    obs_rms = normalization_state(envs)["obs_rms"]
+    envs.close()
+    train_seconds += time.time() - start_time
+
+    # Training is checkpointed; a signal during evaluation simply ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.save_model:
+        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"agent": agent.state_dict(), "obs_rms": obs_rms,
+                                                             "args": vars(args)})
+    returns, lengths, capped = ([], [], 0)
+    if args.eval_episodes:
+        print(f"evaluating {args.eval_episodes} episodes (mean action, frozen observation statistics)")
+        returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, obs_rms, args.seed + 10_000, device)
+    summary = summarize_eval(returns, lengths, capped)
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({capped} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        wandb.finish()

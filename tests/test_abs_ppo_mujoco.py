@@ -1,0 +1,335 @@
+"""Tests of abs_ppo_mujoco.py: the KL, the schedule, the epoch rule, and tiny end-to-end runs on MuJoCo.
+
+The end-to-end runs are subprocesses with tiny settings (InvertedPendulum-v5, a few thousand steps).
+`-m learning` runs the slow learning check (InvertedPendulum-v5, 200k steps, mean eval return >= 900).
+"""
+import copy
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Independent, Normal, kl_divergence
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "abs_ppo_mujoco.py"
+_spec = importlib.util.spec_from_file_location("abs_ppo_mujoco", SCRIPT)
+ppo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ppo)
+
+ENV = "InvertedPendulum-v5"
+TINY = ["--env-id", ENV, "--num-steps-min", "64", "--num-steps-max", "256", "--num-minibatches", "4",
+        "--adapt-freq", "1", "--window", "2", "--total-timesteps", "2000", "--eval-episodes", "2",
+        "--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0"]
+TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
+        "losses/clipfrac", "losses/explained_variance",
+        "perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds"]
+ADAPT_TAGS = ["adapt/kl", "adapt/kl_mean", "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs"]
+
+
+def run_script(args, timeout=300, **kwargs):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, **kwargs)
+
+
+def scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# ---------------------------------------------------------------- the KL
+def random_gaussians(n=64, d=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mean = lambda: torch.randn(n, d, generator=g, dtype=torch.float64)
+    std = lambda: torch.rand(n, d, generator=g, dtype=torch.float64) * 2.0 + 0.1
+    return mean(), std(), mean(), std()
+
+
+def test_gaussian_kl_matches_torch():
+    m_new, s_new, m_old, s_old = random_gaussians()
+    ours = ppo.gaussian_kl(m_new, s_new, m_old, s_old)
+    ref = kl_divergence(Independent(Normal(m_new, s_new), 1), Independent(Normal(m_old, s_old), 1))
+    assert ours.shape == (64,)
+    torch.testing.assert_close(ours, ref)
+
+
+def test_gaussian_kl_zero_for_equal_and_nonnegative():
+    m, s, _, _ = random_gaussians(seed=1)
+    torch.testing.assert_close(ppo.gaussian_kl(m, s, m, s), torch.zeros(64, dtype=torch.float64))
+    assert (ppo.gaussian_kl(*random_gaussians(seed=2)) >= 0).all()
+
+
+def test_gaussian_kl_direction_is_new_to_old():
+    # One dim: new = N(0, 1), old = N(0, 2^2). KL(new||old) = log 2 + 1/8 - 1/2; KL(old||new) = -log 2 + 2 - 1/2.
+    m, s_new, s_old = torch.zeros(1, 1), torch.ones(1, 1), torch.full((1, 1), 2.0)
+    forward = ppo.gaussian_kl(m, s_new, m, s_old).item()
+    assert forward == pytest.approx(math.log(2) + 1 / 8 - 1 / 2)
+    assert ppo.gaussian_kl(m, s_old, m, s_new).item() == pytest.approx(-math.log(2) + 2 - 1 / 2)
+    m_new, s_new, m_old, s_old = random_gaussians(seed=3)
+    p_new, p_old = Independent(Normal(m_new, s_new), 1), Independent(Normal(m_old, s_old), 1)
+    ours = ppo.gaussian_kl(m_new, s_new, m_old, s_old)
+    torch.testing.assert_close(ours, kl_divergence(p_new, p_old))
+    assert not torch.allclose(ours, kl_divergence(p_old, p_new))
+
+
+def test_behavioral_divergence_of_agents():
+    torch.manual_seed(0)
+    agent = ppo.Agent(4, 2)
+    old = copy.deepcopy(agent)
+    states = torch.randn(100, 4)
+    assert ppo.behavioral_divergence(agent, old, states) == pytest.approx(0.0, abs=1e-7)
+    with torch.no_grad():
+        agent.actor_logstd += 0.3
+        agent.actor_mean[-1].bias += 0.5
+    m_new, s_new = agent.policy(states)
+    m_old, s_old = old.policy(states)
+    expected = kl_divergence(Independent(Normal(m_new, s_new), 1), Independent(Normal(m_old, s_old), 1)).mean().item()
+    assert ppo.behavioral_divergence(agent, old, states) == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------- the schedule and the epoch rule
+# PPO range L in [1024, 8192], KL range [0.01, 0.1], rounded half up to a multiple of 32 (hand-computed):
+#   delta >= 0.1 -> 1024; delta <= 0.01 -> 8192
+#   delta = 0.02:         alpha = log10(2) = 0.30103, L = 8192 - 0.30103 * 7168 = 6034.22 = 32 * 188.57 -> 6048
+#   delta = 0.05:         alpha = log10(5) = 0.69897, L = 3181.78 = 32 * 99.43 -> 3168
+#   delta = sqrt(0.001):  alpha = 0.5,                L = 4608 = 32 * 144 -> 4608
+@pytest.mark.parametrize("delta, expected", [(0.5, 1024), (0.1, 1024), (0.01, 8192), (0.001, 8192),
+                                             (0.02, 6048), (0.05, 3168), (math.sqrt(0.001), 4608)])
+def test_schedule_ppo_range_table(delta, expected):
+    s = ppo.ABSScheduler(1024, 8192, window=1, beta=1.0, delta_min=0.01, delta_max=0.1, multiple=32)
+    assert s.update(delta) == expected
+    assert s.num_steps % 32 == 0
+
+
+def test_schedule_burn_in_ema_and_rounding():
+    s = ppo.ABSScheduler(1024, 8192, window=2, beta=0.1, delta_min=0.01, delta_max=0.1, multiple=32)
+    assert s.update(0.001) == 1024  # burn-in: one measurement of two
+    assert s.L == 1024.0
+    assert s.update(0.001) == 1728  # L = 0.9 * 1024 + 0.1 * 8192 = 1740.8 = 32 * 54.4 -> 54 * 32
+    assert s.L == pytest.approx(1740.8)
+    assert s.update(0.001) == 2400  # L = 0.9 * 1740.8 + 819.2 = 2385.92 = 32 * 74.56 -> 75 * 32
+    s.L = 1040.0  # 32 * 32.5: halves go up
+    assert s.num_steps == 1056
+    state = s.state_dict()
+    t = ppo.ABSScheduler(1024, 8192, window=2, beta=0.1, delta_min=0.01, delta_max=0.1, multiple=32)
+    t.load_state_dict(state)
+    assert (t.L, list(t.history), t.num_measurements, t.num_steps) == (1040.0, [0.001, 0.001], 3, 1056)
+
+
+def test_schedule_log_vs_linear_and_bounds_not_multiples():
+    lin = ppo.ABSScheduler(1024, 8192, window=1, beta=1.0, delta_min=0.01, delta_max=0.1, schedule="linear", multiple=32)
+    assert lin.update(0.055) == 4608  # linear midpoint
+    # [1000, 1100] holds the multiples 1024..1088: rounding stays inside the range.
+    s = ppo.ABSScheduler(1000, 1100, window=1, beta=1.0, delta_min=0.01, delta_max=0.1, multiple=32)
+    assert s.num_steps == 1024  # L = 1000 -> 992 would leave the range
+    assert s.update(0.001) == 1088  # L = 1100 -> 34.375 * 32 -> 1088
+    assert ppo.multiples_in(1000, 1100, 32) == (1024, 1088)
+
+
+@pytest.mark.parametrize("L, expected", [(1024, 5), (2048, 10), (3072, 15), (4096, 20), (8192, 40), (1126, 5),
+                                         (1127, 6), (100, 1), (1, 1)])
+def test_epoch_rule_ppo(L, expected):
+    # max(1, round_half_up(10 * L / 2048)); 10 * 1126 / 2048 = 5.498, 10 * 1127 / 2048 = 5.503
+    assert ppo.update_epochs_for(L, 10, 2048) == expected
+
+
+def test_epoch_rule_rounds_half_up_and_floor():
+    assert ppo.update_epochs_for(1, 10, 4) == 3  # 2.5 -> 3
+    assert ppo.update_epochs_for(100, 10, 2048, min_epochs=2) == 2
+    assert ppo.round_half_up(0.5) == 1 and ppo.round_half_up(1.49) == 1
+
+
+def test_gae_hand_example():
+    # gamma = lambda = 0.5; the episode ends after t=1 (no bootstrap across it).
+    rewards = torch.ones(3, 1)
+    values = torch.zeros(3, 1)
+    dones = torch.tensor([[0.0], [1.0], [0.0]])
+    adv = ppo.gae(rewards, values, dones, torch.tensor([2.0]), 0.5, 0.5)
+    torch.testing.assert_close(adv, torch.tensor([[1.25], [1.0], [2.0]]))
+
+
+# ---------------------------------------------------------------- environments and normalisation
+def test_normalization_shared_and_restored():
+    envs = ppo.make_envs(ENV, 2, 0.99)
+    envs.reset(seed=0)
+    for _ in range(20):
+        envs.step(envs.action_space.sample())
+    find = ppo.find_wrapper
+    NormObs = ppo.gym.wrappers.NormalizeObservation
+    assert find(envs.envs[0], NormObs).obs_rms is find(envs.envs[1], NormObs).obs_rms
+    state = ppo.normalization_state(envs)
+    assert state["obs_rms"]["count"] > 40  # both envs update the one set of statistics
+    fresh = ppo.make_envs(ENV, 2, 0.99)
+    ppo.set_normalization_state(fresh, state)
+    again = ppo.normalization_state(fresh)
+    np.testing.assert_array_equal(again["obs_rms"]["mean"], state["obs_rms"]["mean"])
+    np.testing.assert_array_equal(again["obs_rms"]["var"], state["obs_rms"]["var"])
+    assert again["return_rms"]["count"] == state["return_rms"]["count"]
+    np.testing.assert_array_equal(again["discounted_reward"][1], state["discounted_reward"][1])
+    envs.close()
+    fresh.close()
+
+
+def test_evaluate_uses_frozen_statistics():
+    torch.manual_seed(0)
+    agent = ppo.Agent(4, 1)
+    obs_rms = {"mean": np.array([0.1, -0.2, 0.0, 0.3]), "var": np.array([0.5, 2.0, 1.0, 3.0]), "count": 123.0}
+    first = ppo.evaluate(agent, ENV, 2, obs_rms, seed=5, device=torch.device("cpu"))
+    second = ppo.evaluate(agent, ENV, 2, obs_rms, seed=5, device=torch.device("cpu"))
+    assert first == second and len(first[0]) == 2  # deterministic policy, statistics not updated
+    assert obs_rms["count"] == 123.0
+
+
+# ---------------------------------------------------------------- command-line validation
+@pytest.mark.parametrize("argv, flag", [
+    (["--env-id", "Breakout-v5"], "--env-id"),
+    (["--env-id", "ALE/Breakout-v5"], "--env-id"),
+    (["--env-id", "CartPole-v1"], "--env-id"),
+    (["--kl-low", "0.1", "--kl-high", "0.1"], "--kl-low"),
+    (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"),
+    (["--num-steps-min", "4096", "--num-steps-max", "2048"], "--num-steps-min"),
+    (["--num-steps-min", "1025", "--num-steps-max", "1050"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "100"], "--num-minibatches"),
+    (["--min-update-epochs", "0"], "--min-update-epochs"),
+    (["--ema-beta", "0"], "--ema-beta"),
+    (["--schedule", "cubic"], "--schedule"),
+])
+def test_bad_flags_in_process(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        ppo.parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0]
+
+
+@pytest.mark.parametrize("argv", [["--env-id", "Breakout-v5"], ["--kl-low", "0.1", "--kl-high", "0.05"]])
+def test_bad_flags_exit_2_and_create_nothing(tmp_path, argv):
+    out = tmp_path / "runs"
+    r = run_script([*argv, "--output-dir", str(out), "--run-name", "bad"], timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- end-to-end runs
+@pytest.fixture(scope="module")
+def abs_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("abs")
+    r = run_script([*TINY, "--output-dir", str(out), "--run-name", "abs"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return out / "abs", r
+
+
+def test_end_to_end_abs_results_json(abs_run):
+    run_dir, _ = abs_run
+    res = json.loads((run_dir / "eval_results.json").read_text())
+    assert res["algo"] == "abs_ppo_mujoco" and res["env_id"] == ENV and res["seed"] == 1 and res["run_name"] == "abs"
+    assert res["global_step"] >= 2000 and res["total_timesteps"] == 2000 and res["train_seconds"] > 0
+    ev = res["eval"]
+    assert ev["episodes"] == 2 and len(ev["returns"]) == 2 and len(ev["lengths"]) == 2
+    assert set(ev) == {"episodes", "returns", "lengths", "mean", "std", "median", "min", "max", "capped"}
+    assert ev["mean"] == pytest.approx(np.mean(ev["returns"])) and ev["capped"] == 0
+    assert res["args"]["adapt"] is True and res["args"]["num_minibatches"] == 4 and res["args"]["kl_low"] == 0.01
+    assert (run_dir / "checkpoint.pt").is_file()
+
+
+def test_end_to_end_abs_tensorboard_and_L(abs_run):
+    run_dir, r = abs_run
+    sc = scalars(run_dir)
+    missing = [t for t in TAGS + ADAPT_TAGS if t not in sc]
+    assert not missing, missing
+    steps = {tag: [s for s, _ in sc[tag]] for tag in ADAPT_TAGS}
+    assert all(steps[tag] == steps["adapt/kl"] for tag in ADAPT_TAGS)  # all at the same global steps
+    L = [int(v) for _, v in sc["adapt/num_steps"]]
+    assert all(64 <= x <= 256 and x % 4 == 0 for x in L), L
+    assert max(L) > 64, L  # L moved away from L_min after the burn-in
+    assert L[0] == 64  # burn-in: one measurement of two
+    assert [int(v) for _, v in sc["adapt/batch_size"]] == L  # one env
+    assert [int(v) for _, v in sc["adapt/update_epochs"]] == [ppo.update_epochs_for(x, 10, 2048) for x in L]
+    assert all(v >= 0 for _, v in sc["adapt/kl"])
+    lr = [v for _, v in sc["charts/learning_rate"]]
+    assert lr[0] == pytest.approx(3e-4) and all(a > b for a, b in zip(lr, lr[1:]))  # annealed by global step
+    assert "| L " in r.stdout and "eval: mean" in r.stdout
+
+
+def test_end_to_end_no_adapt_track_divergence(tmp_path):
+    r = run_script([*TINY, "--no-adapt", "--num-steps", "128", "--track-divergence", "--output-dir", str(tmp_path),
+                    "--run-name", "fixed"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    res = json.loads((tmp_path / "fixed" / "eval_results.json").read_text())
+    assert res["args"]["adapt"] is False and res["global_step"] == 2048  # 16 iterations of 128 steps
+    sc = scalars(tmp_path / "fixed")
+    assert {int(v) for _, v in sc["adapt/num_steps"]} == {128}  # measured and logged, never adapted
+    assert len(sc["adapt/kl"]) == 16
+    assert "losses/approx_kl" in sc
+
+
+def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
+    run_dir, _ = abs_run
+    copy_dir = tmp_path / "abs"
+    shutil.copytree(run_dir, copy_dir)
+    first = torch.load(copy_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+    first_step, first_count = first["global_step"], first["normalization"]["obs_rms"]["count"]
+    assert first_count > first_step  # every observation (plus the reset ones) went into the statistics
+    r = run_script(["--resume", str(copy_dir / "checkpoint.pt"), "--total-timesteps", "3000", "--eval-episodes", "1",
+                    "--no-cuda", "--log-every-seconds", "0"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert f"resumed {copy_dir / 'checkpoint.pt'} at global_step {first_step}" in r.stdout
+    assert f"from {first_count:.0f} observations" in r.stdout
+    res = json.loads((copy_dir / "eval_results.json").read_text())
+    assert res["global_step"] >= 3000 and res["total_timesteps"] == 3000 and res["eval"]["episodes"] == 1
+    assert res["args"]["num_steps_min"] == 64 and res["args"]["window"] == 2  # algorithm flags from the checkpoint
+    second = torch.load(copy_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+    # Restored statistics keep counting: the count covers the first run's observations too.
+    assert second["normalization"]["obs_rms"]["count"] >= first_count + (res["global_step"] - first_step)
+    assert second["scheduler"]["num_measurements"] > first["scheduler"]["num_measurements"]
+    sps_steps = [s for s, _ in scalars(copy_dir)["charts/SPS"]]
+    assert sps_steps == sorted(set(sps_steps)) and sps_steps[-1] == res["global_step"]
+    assert any(s > first_step for s in sps_steps)
+
+
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    args = [*TINY, "--total-timesteps", "1000000", "--output-dir", str(tmp_path), "--run-name", "sig"]
+    p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for line in p.stdout:  # wait for the first finished iteration
+            if line.startswith("step "):
+                break
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "resume with --resume" in out
+    ckpt = torch.load(tmp_path / "sig" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert 0 < ckpt["global_step"] < 1_000_000
+    assert not (tmp_path / "sig" / "eval_results.json").exists()
+
+
+# ---------------------------------------------------------------- learning check (slow: pytest -m learning)
+@pytest.mark.learning
+def test_learning_inverted_pendulum(tmp_path):
+    start = time.time()
+    r = run_script(["--env-id", ENV, "--seed", "1", "--total-timesteps", "200000", "--no-cuda",
+                    "--output-dir", str(tmp_path), "--run-name", "learn"], timeout=3 * 3600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    res = json.loads((tmp_path / "learn" / "eval_results.json").read_text())
+    print(f"learning check: eval mean {res['eval']['mean']:.1f} in {time.time() - start:.0f} s")
+    assert res["global_step"] <= 200_000 + 8192 and res["eval"]["mean"] >= 900, res["eval"]
