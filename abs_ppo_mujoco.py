@@ -528,7 +528,8 @@ if __name__ == "__main__":
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset; "
               f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
-    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
@@ -600,7 +601,8 @@ if __name__ == "__main__":
         except NonFiniteLoss as e:
             save_checkpoint()
             print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
-                  "Lower --learning-rate or check the inputs.", file=sys.stderr)
+                  "The weights are those before the failing minibatch step; start again with a lower --learning-rate.",
+                  file=sys.stderr)
             writer.close()
             sys.exit(3)
         var_y = b_returns.var(unbiased=False).item()

@@ -469,7 +469,8 @@ if __name__ == "__main__":
         global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
-    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
@@ -547,7 +548,8 @@ if __name__ == "__main__":
         except NonFiniteLoss as e:
             save_checkpoint()
             print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
-                  "Lower --learning-rate or check the inputs.", file=sys.stderr)
+                  "The weights are those before the failing minibatch step; start again with a lower --learning-rate.",
+                  file=sys.stderr)
             writer.close()
             sys.exit(3)
         perf["update"] += time.perf_counter() - t0

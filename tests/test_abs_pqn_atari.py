@@ -351,6 +351,7 @@ def test_resume_continues_step_count_and_run_dir(tmp_path):
     assert os.listdir(tmp_path) == ["r"]  # no second run directory
     steps = [s for s, _ in scalars(tmp_path / "r")["adapt/num_steps"]]
     assert steps == sorted(steps) and steps[-1] > first_step
+    assert first_step in steps  # the rows of the checkpoint's own step survive the resume's purge
 
 
 def test_sigterm_checkpoints_and_resume_finishes(tmp_path):

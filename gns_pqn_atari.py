@@ -1,0 +1,636 @@
+# PQN + the Gradient Noise Scale (GNS) batch schedule on envpool Atari, single file in the style of CleanRL.
+# The prior-art baseline of "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling"
+# (Park, ICML 2026): abs_pqn_atari.py with only the batch-size controller replaced. GNS (McCandlish et al.
+# 2018) estimates the simple noise scale B_simple = tr(S) / |G|^2 from micro-batch gradients of the
+# current batch and sets the rollout length L = B_simple / E: a noisier gradient gets a larger batch.
+# `--no-adapt --num-steps L` gives the fixed-batch baselines (Small 16, Vanilla 32, Large 64).
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the default run name)"""
+    seed: int = 1
+    """seed of the experiment (python, numpy, torch, envpool)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    track: bool = False
+    """log to Weights and Biases (wandb is imported only then)"""
+    wandb_project_name: str = "abs"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    output_dir: str = "runs"
+    """everything a run writes goes under <output-dir>/<run-name>/"""
+    run_name: Optional[str] = None
+    """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    checkpoint_every: int = 1_000_000
+    """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    save_model: bool = False
+    """write the final Q-network weights to <run>/model.pt"""
+    log_every_seconds: float = 5.0
+    """at most one progress line per this many seconds"""
+
+    # PQN
+    env_id: str = "Breakout-v5"
+    """an envpool Atari id, e.g. Breakout-v5"""
+    total_timesteps: int = 20_000_000
+    """total environment steps (summed over the envs)"""
+    learning_rate: float = 2.5e-4
+    """RAdam learning rate (constant)"""
+    num_envs: int = 128
+    """number of parallel envpool environments E"""
+    num_minibatches: int = 4
+    """minibatches per epoch (fixed; their size grows with L)"""
+    gamma: float = 0.99
+    """discount factor"""
+    q_lambda: float = 0.65
+    """lambda of the Q(lambda) targets"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clip"""
+    start_e: float = 1.0
+    """initial exploration epsilon"""
+    end_e: float = 0.001
+    """final exploration epsilon"""
+    exploration_fraction: float = 0.1
+    """fraction of total-timesteps over which epsilon decays linearly"""
+    network: str = "pqn"
+    """Q-network: pqn (Nature CNN) | pqn-l (wide CNN + 5 residual blocks) | pqn-xl (10 blocks)"""
+
+    # GNS
+    adapt: bool = True
+    """adapt the rollout length with GNS (--no-adapt: fixed --num-steps)"""
+    num_steps: int = 32
+    """rollout length L when --no-adapt"""
+    num_steps_min: int = 16
+    """L_min, the shortest rollout GNS uses (and the length before the first estimate)"""
+    num_steps_max: int = 64
+    """L_max, the longest rollout GNS uses (storage is allocated at this length)"""
+    gns_freq: int = 50
+    """K: estimate the gradient noise scale every K iterations (before that iteration's update)"""
+    gns_micro_batches: int = 8
+    """m: the batch is split into m equal micro-batches, one gradient each (--num-envs must divide by m)"""
+    update_epochs: int = 2
+    """base epochs at the reference length (also the floor of the epoch rule)"""
+    epochs_ref_steps: int = 32
+    """reference length of the epoch rule: epochs = max(base, round(base * L / ref))"""
+
+    # Evaluation
+    eval_episodes: int = 100
+    """greedy evaluation episodes after training (no life loss, no reward clipping)"""
+    eval_epsilon: float = 0.0
+    """epsilon of the evaluation policy"""
+    eval_num_envs: int = 8
+    """parallel environments for the evaluation"""
+    eval_max_episode_steps: int = 27_000
+    """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
+
+
+NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
+# Flags that may change on --resume; every other flag is taken from the checkpoint.
+RUN_CONTROL_FLAGS = (
+    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
+    "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
+)
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
+    if args.network not in NETWORKS:
+        raise ValueError(f"--network must be one of {', '.join(NETWORKS)}, got {args.network!r}")
+    try:
+        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        is_atari = False
+    if not is_atari:
+        raise ValueError(f"--env-id must be an envpool Atari id such as Breakout-v5, got {args.env_id!r}")
+    for flag, value in [("--num-envs", args.num_envs), ("--num-minibatches", args.num_minibatches),
+                        ("--num-steps", args.num_steps), ("--num-steps-min", args.num_steps_min),
+                        ("--gns-freq (K)", args.gns_freq), ("--update-epochs", args.update_epochs),
+                        ("--epochs-ref-steps", args.epochs_ref_steps), ("--total-timesteps", args.total_timesteps),
+                        ("--eval-num-envs", args.eval_num_envs), ("--eval-max-episode-steps", args.eval_max_episode_steps)]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.num_steps_min > args.num_steps_max:
+        raise ValueError(f"--num-steps-min ({args.num_steps_min}) must be <= --num-steps-max ({args.num_steps_max})")
+    if args.gns_micro_batches < 2:
+        raise ValueError(f"--gns-micro-batches must be >= 2 (tr(S) is a spread of micro-batch gradients), "
+                         f"got {args.gns_micro_batches}")
+    # Every L the run may use must split into equal minibatches.
+    if args.adapt and args.num_envs % args.num_minibatches:
+        raise ValueError(f"--num-envs ({args.num_envs}) must be divisible by --num-minibatches "
+                         f"({args.num_minibatches}) so that every L in [L_min, L_max] splits evenly")
+    if args.adapt and args.num_envs % args.gns_micro_batches:
+        raise ValueError(f"--num-envs ({args.num_envs}) must be divisible by --gns-micro-batches "
+                         f"({args.gns_micro_batches}) so that every L in [L_min, L_max] splits evenly")
+    if not args.adapt and (args.num_envs * args.num_steps) % args.num_minibatches:
+        raise ValueError(f"the batch --num-envs x --num-steps ({args.num_envs * args.num_steps}) must be "
+                         f"divisible by --num-minibatches ({args.num_minibatches})")
+    if args.eval_episodes < 0 or args.checkpoint_every < 0:
+        raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
+    if not 0.0 <= args.eval_epsilon <= 1.0:
+        raise ValueError(f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
+
+
+# ---------------------------------------------------------------- the GNS schedule
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows."""
+    return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+def gns_estimate(micro_grads: torch.Tensor, batch_size: int) -> tuple[float, float, float]:
+    """McCandlish et al. (2018), appendix A: unbiased tr(S) and |G|^2 from m micro-batch gradients [m, P].
+
+    Row i is the gradient of the mean loss over b = batch_size / m samples, so Cov(g_i) = S / b and
+    E ||g_bar||^2 = |G|^2 + tr(S) / B. Returns (tr_S, G2, B_simple = tr_S / G2); B_simple is nan when
+    G2 <= 0 (or non-finite): the estimate is undefined. Pure: computed in float64, no side effects.
+    """
+    g = micro_grads.detach().double()
+    m = g.shape[0]
+    if m < 2:
+        raise ValueError(f"gns_estimate needs at least 2 micro-batch gradients, got {m}")
+    b = batch_size / m
+    g_bar = g.mean(dim=0)
+    tr_S = b / (m - 1) * (g - g_bar).pow(2).sum().item()
+    G2 = g_bar.pow(2).sum().item() - tr_S / batch_size
+    return tr_S, G2, (tr_S / G2 if G2 > 0.0 else float("nan"))
+
+
+def micro_batch_gradients(q_network, obs, actions, returns, valid, num_micro_batches, perm=None):
+    """[m, P]: the flattened gradient of pqn_update's masked MSE (before clipping) on each of m equal
+    micro-batches, taken in `perm` order (default: as stored). One backward pass each, through
+    torch.autograd.grad, so the parameters' .grad and the optimizer state are left untouched."""
+    batch = obs.shape[0]
+    if batch % num_micro_batches:
+        raise ValueError(f"a batch of {batch} does not split into {num_micro_batches} equal micro-batches")
+    b = batch // num_micro_batches
+    order = torch.arange(batch, device=obs.device) if perm is None else perm
+    params = [p for p in q_network.parameters() if p.requires_grad]
+    grads = []
+    for i in range(num_micro_batches):
+        idx = order[i * b : (i + 1) * b]
+        q = q_network(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+        w = valid[idx]
+        loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
+        grads.append(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)]))
+    return torch.stack(grads)
+
+
+class GNSScheduler:
+    """L = clip(round(B_simple / E), L_min, L_max) after each estimate; an undefined one (|G|^2 <= 0) keeps L.
+
+    The public code drops to L_min when the estimate is undefined; here it is kept and counted.
+    """
+
+    def __init__(self, L_min, L_max, num_envs):
+        self.L_min, self.L_max, self.num_envs = L_min, L_max, num_envs
+        self.L = L_min
+        self.b_simple = float("nan")  # the last estimate (nan: none yet, or undefined)
+        self.num_estimates = 0
+        self.num_undefined = 0
+
+    @property
+    def num_steps(self) -> int:
+        return self.L
+
+    def update(self, tr_S: float, G2: float) -> int:
+        self.num_estimates += 1
+        if not G2 > 0.0:  # no positive signal estimate (nan too): B_simple is undefined, keep L
+            self.num_undefined += 1
+            self.b_simple = float("nan")
+            return self.L
+        self.b_simple = tr_S / G2
+        self.L = round_half_up(min(max(self.b_simple / self.num_envs, self.L_min), self.L_max))
+        return self.L
+
+    def state_dict(self):
+        return {"L": self.L, "b_simple": self.b_simple, "num_estimates": self.num_estimates,
+                "num_undefined": self.num_undefined}
+
+    def load_state_dict(self, state):
+        self.L, self.b_simple = int(state["L"]), float(state["b_simple"])
+        self.num_estimates, self.num_undefined = int(state["num_estimates"]), int(state["num_undefined"])
+
+
+# ---------------------------------------------------------------- PQN
+def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lambda):
+    """Q(lambda) targets over a [L, E] rollout, computed backwards.
+
+    next_values[t] = max_a Q(s_{t+1}, a); terminals[t]: transition t ended in a terminal state
+    (no bootstrap); episode_ends[t]: terminal or time-limit end (the lambda trace is cut there, and a
+    time-limit end still bootstraps from its last observation). The rollout's last step cuts the trace.
+    """
+    returns = torch.empty_like(rewards)
+    g = next_values[-1]
+    for t in reversed(range(rewards.shape[0])):
+        trace = 0.0 if t == rewards.shape[0] - 1 else q_lambda * (1.0 - episode_ends[t])
+        g = rewards[t] + gamma * (1.0 - terminals[t]) * (trace * g + (1.0 - trace) * next_values[t])
+        returns[t] = g
+    return returns
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
+
+
+def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
+    """Nature DQN encoder with LayerNorm after every conv (PQN); 84x84x4 -> c3*7*7."""
+    return nn.Sequential(
+        nn.Conv2d(4, c1, 8, stride=4), nn.LayerNorm([c1, 20, 20]), nn.ReLU(),
+        nn.Conv2d(c1, c2, 4, stride=2), nn.LayerNorm([c2, 9, 9]), nn.ReLU(),
+        nn.Conv2d(c2, c3, 3, stride=1), nn.LayerNorm([c3, 7, 7]), nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+class ResidualBlock(nn.Module):
+    """Multi-Skip block: Linear-LN-ReLU-Linear-LN, plus the block's input and the global projection."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
+
+    def forward(self, h, projection):
+        return F.relu(h + self.body(h) + projection)
+
+
+class QNetwork(nn.Module):
+    """pqn: Nature CNN + 512 LN dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head."""
+
+    def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
+        super().__init__()
+        channels, num_blocks = NETWORKS[network]
+        self.encoder = nature_cnn(*channels)
+        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
+        self.head = nn.Linear(hidden, num_actions)
+
+    def forward(self, x):  # x: uint8 [N, 4, 84, 84]
+        h = p = self.projection(self.encoder(x.float() / 255.0))
+        for block in self.blocks:
+            h = block(h, p)
+        return self.head(h)
+
+
+def select_actions(q_values: torch.Tensor, epsilon: float):
+    """Epsilon-greedy on the device; returns actions and max_a Q."""
+    values, greedy = q_values.max(dim=1)
+    explore = torch.rand(q_values.shape[0], device=q_values.device) < epsilon
+    random_actions = torch.randint(0, q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(explore, random_actions, greedy), values
+
+
+def allocate_storage(L_max, num_envs, obs_shape, device):
+    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations."""
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
+
+    return {"obs": zeros(torch.uint8, obs_shape), "actions": zeros(torch.long), "rewards": zeros(),
+            "values": zeros(), "terminals": zeros(), "ends": zeros(), "valid": zeros()}
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm):
+    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q."""
+    batch = obs.shape[0]
+    mb_size = batch // num_minibatches
+    losses, qs = [], []
+    for _ in range(epochs):
+        perm = torch.randperm(batch, device=obs.device)
+        for start in range(0, batch, mb_size):
+            idx = perm[start : start + mb_size]
+            q = q_network(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+            w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
+            loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"non-finite TD loss ({loss.item()})")
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            optimizer.step()
+            losses.append(loss.detach())
+            qs.append(q.detach().mean())
+    return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
+
+
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+    # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
+                        reward_clip=train, max_episode_steps=max_episode_steps)
+
+
+@torch.no_grad()
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device):
+    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
+    num_envs = min(num_envs, episodes)
+    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[: episodes % num_envs] += 1
+    finished = np.zeros(num_envs, dtype=np.int64)
+    ep_return = np.zeros(num_envs)
+    returns, lengths, capped = [], [], 0
+    obs, _ = envs.reset()
+    while (finished < quota).any():
+        actions, _ = select_actions(q_network(torch.from_numpy(obs).to(device)), epsilon)
+        obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
+        ep_return += reward
+        ended = term | trunc
+        counted = ended & (finished < quota)
+        returns += ep_return[counted].tolist()
+        lengths += info["elapsed_step"][counted].tolist()
+        capped += int((counted & trunc & ~term).sum())
+        finished += ended
+        ep_return[ended] = 0.0
+    envs.close()
+    return returns, lengths, capped
+
+
+def summarize_eval(returns, lengths, capped):
+    r = np.asarray(returns, dtype=np.float64)
+    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
+            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+
+
+def atomic_write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(path, obj):
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_state(device):
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state, device):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    args = tyro.cli(Args, args=argv)
+    checkpoint = None
+    try:
+        if args.resume is not None:
+            if not os.path.isfile(args.resume):
+                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            fields = asdict(args)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            args = Args(**{**fields, **saved})
+        validate_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args, checkpoint
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    if checkpoint is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        args.run_name = checkpoint["run_name"]
+    else:
+        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+
+    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
+    num_actions = envs.action_space.n
+    q_network = QNetwork(num_actions, args.network).to(device)
+    optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    E = args.num_envs
+    L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
+    scheduler = GNSScheduler(L_min, L_max, E)
+
+    storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
+    obs_buf, actions_buf, rewards_buf, values_buf = storage["obs"], storage["actions"], storage["rewards"], storage["values"]
+    terminals_buf, ends_buf, valid_buf = storage["terminals"], storage["ends"], storage["valid"]
+    storage_bytes = sum(b.numel() * b.element_size() for b in storage.values())
+
+    global_step, iteration, train_seconds = 0, 0, 0.0
+    if checkpoint is not None:
+        q_network.load_state_dict(checkpoint["q_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
+        set_rng_state(checkpoint["rng"], device)
+        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
+    print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
+
+    def save_checkpoint():
+        atomic_torch_save(checkpoint_path, {
+            "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
+            "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name})
+
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:  # a second signal: stop now
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    next_obs = torch.from_numpy(envs.reset()[0]).to(device)
+    prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
+    ep_return = np.zeros(E)
+    recent_returns = deque(maxlen=20)
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    start_time, start_step, last_print = time.time(), global_step, 0.0
+    epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+    while global_step < args.total_timesteps:
+        L = scheduler.num_steps
+        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
+        measure = args.adapt and iteration % args.gns_freq == 0
+        finished_returns, finished_lengths = [], []
+        for step in range(L):
+            t0 = time.perf_counter()
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+            obs_buf[step] = next_obs
+            valid_buf[step] = 1.0 - prev_end
+            with torch.no_grad():
+                action, values_buf[step] = select_actions(q_network(next_obs), epsilon)
+            actions_buf[step] = action
+            action_np = action.cpu().numpy()
+            t1 = time.perf_counter()
+            obs, reward, term, trunc, info = envs.step(action_np)
+            t2 = time.perf_counter()
+            next_obs = torch.from_numpy(obs).to(device)
+            rewards_buf[step] = torch.from_numpy(reward).to(device)
+            terminals_buf[step] = torch.from_numpy(term).to(device)
+            ends_buf[step] = torch.from_numpy(term | trunc).to(device)
+            prev_end = ends_buf[step].clone()
+            global_step += E
+            # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
+            ep_return += info["reward"]
+            game_over = info["terminated"].astype(bool) | trunc
+            if game_over.any():
+                finished_returns += ep_return[game_over].tolist()
+                finished_lengths += info["elapsed_step"][game_over].tolist()
+                ep_return[game_over] = 0.0
+            perf["inference"] += t1 - t0
+            perf["env"] += t2 - t1
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            last_value = q_network(next_obs).max(dim=1).values
+            next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
+            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma, args.q_lambda)
+        b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
+        perf["update"] += time.perf_counter() - t0
+
+        if measure:  # before the update: the gradient at the weights that collected the batch and gave its targets
+            t0 = time.perf_counter()
+            micro_grads = micro_batch_gradients(q_network, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
+                                                valid_buf[:L].reshape(-1), args.gns_micro_batches,
+                                                torch.randperm(L * E, device=device))
+            tr_S, G2, b_simple = gns_estimate(micro_grads, L * E)
+            del micro_grads
+            new_L = scheduler.update(tr_S, G2)
+            gns_seconds = time.perf_counter() - t0  # this estimate alone; perf/adapt_seconds is the running sum
+            perf["adapt"] += gns_seconds
+            writer.add_scalar("adapt/gns", b_simple, global_step)
+            writer.add_scalar("adapt/gns_noise", tr_S, global_step)
+            writer.add_scalar("adapt/gns_signal", G2, global_step)
+            writer.add_scalar("adapt/num_steps", new_L, global_step)
+            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
+            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
+            writer.add_scalar("adapt/gns_seconds", gns_seconds, global_step)
+            writer.add_scalar("adapt/gns_undefined", scheduler.num_undefined, global_step)
+
+        t0 = time.perf_counter()
+        try:
+            td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
+                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm)
+        except NonFiniteLoss as e:
+            save_checkpoint()
+            print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
+                  "The weights are those before the failing minibatch step; start again with a lower --learning-rate.",
+                  file=sys.stderr)
+            writer.close()
+            sys.exit(3)
+        perf["update"] += time.perf_counter() - t0
+        iteration += 1
+
+        now = time.time()
+        train_seconds_now = train_seconds + now - start_time
+        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
+        if finished_returns:
+            recent_returns.extend(finished_returns)
+            writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
+            writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("losses/td_loss", td_loss, global_step)
+        writer.add_scalar("losses/q_values", mean_q, global_step)
+        for phase, seconds in perf.items():
+            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
+        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
+            last_print = now
+            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
+            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
+                  f"| B_simple {scheduler.b_simple:.0f} | eps {epsilon:.3f} | return {ret} "
+                  f"| ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+
+        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
+        if crossed or stop_signal or global_step >= args.total_timesteps:
+            train_seconds, start_time = train_seconds_now, now
+            save_checkpoint()
+        if stop_signal:
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            writer.close()
+            sys.exit(128 + stop_signal[0])
+    envs.close()
+    train_seconds += time.time() - start_time
+    if device.type == "cuda":
+        writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+
+    # Training is checkpointed; a signal during evaluation simply ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.save_model:
+        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
+    returns, lengths, capped = ([], [], 0)
+    if args.eval_episodes:
+        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
+        returns, lengths, capped = evaluate(q_network, args.env_id, args.eval_episodes, args.eval_epsilon,
+                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device)
+    summary = summarize_eval(returns, lengths, capped)
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({capped} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        wandb.finish()

@@ -1,0 +1,402 @@
+"""Tests of gns_pqn_atari.py: the GNS estimator against exact per-sample gradients of linear least
+squares, the schedule (including the undefined case), micro-batch gradients against autograd,
+validation, and end-to-end runs of the script on a real envpool game with tiny settings."""
+import copy
+import inspect
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import abs_pqn_atari as abs_pqn  # noqa: E402
+import gns_pqn_atari as gns  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "gns_pqn_atari.py")
+# The tiny settings of test_abs_pqn_atari.py (8 envs, 2 minibatches, 2 short evaluation games), except
+# for the controller: early in Breakout B_simple is about 0-70, so with E = 8 the range L in [1, 8]
+# (not [4, 16]) is where round(B_simple / E) lands; an estimate every iteration (--gns-freq 1) from
+# 2 micro-batches (the cheapest), and epsilon decaying over the whole run so that the envs' states and
+# gradients differ. L then moves within a few hundred steps.
+TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "1",
+        "--num-steps-max", "8", "--gns-freq", "1", "--gns-micro-batches", "2", "--exploration-fraction", "1",
+        "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
+        "--no-cuda", "--log-every-seconds", "0"]
+ADAPT_TAGS = ["adapt/gns", "adapt/gns_noise", "adapt/gns_signal", "adapt/num_steps", "adapt/batch_size",
+              "adapt/update_epochs", "adapt/gns_seconds", "adapt/gns_undefined"]
+
+# One intra-op thread per run: on 2 shared cores, more threads spin against envpool's workers.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run(args, tmp_path, timeout=600):
+    return subprocess.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp_path, env=ENV)
+
+
+def scalars(run_dir):
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# ------------------------------------------------------------------ the estimator against ground truth
+def least_squares_population(n=4000, d=6, sigma=1.0, seed=0):
+    """Linear least squares, loss_j(w) = 0.5 * (x_j.w - y_j)^2 with y = sigma * eps, at a unit-norm w.
+    Per-sample gradients are exact: (x_j.w - y_j) x_j. The noise eps is projected orthogonal to the
+    columns of X, so the true gradient G = X^T X w / n does not depend on sigma while tr(S) grows with it.
+    Returns X, y, w, the per-sample gradients [n, d], the true |G|^2 and the true tr(S)."""
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    w = torch.randn(d, generator=gen, dtype=torch.float64)
+    w /= w.norm()
+    eps = torch.randn(n, generator=gen, dtype=torch.float64)
+    y = sigma * (eps - X @ torch.linalg.solve(X.T @ X, X.T @ eps))
+    per_sample = (X @ w - y)[:, None] * X
+    G = per_sample.mean(0)
+    tr_S = (per_sample - G).pow(2).sum(1).mean().item()  # trace of the per-sample covariance
+    return X, y, w, per_sample, G.pow(2).sum().item(), tr_S
+
+
+def draws(per_sample, m, b, num_draws, seed=1):
+    """num_draws independent batches of m micro-batches of b samples (drawn with replacement, i.i.d.);
+    row i of a draw is the micro-batch's mean-loss gradient. Returns the estimates of each draw."""
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(per_sample.shape[0], (num_draws, m, b), generator=gen)
+    micro = per_sample[idx].mean(2)  # [draws, m, d]
+    return np.array([gns.gns_estimate(micro[k], m * b) for k in range(num_draws)])  # [draws, 3]
+
+
+def test_per_sample_gradients_are_the_autograd_gradients():
+    X, y, w, per_sample, _, _ = least_squares_population(n=50, sigma=2.0)
+    w = w.clone().requires_grad_()
+    for j in (0, 17):
+        (grad,) = torch.autograd.grad(0.5 * (X[j] @ w - y[j]).pow(2), w)
+        torch.testing.assert_close(grad, per_sample[j])
+    (grad,) = torch.autograd.grad(0.5 * (X[:7] @ w - y[:7]).pow(2).mean(), w)  # a micro-batch: the mean
+    torch.testing.assert_close(grad, per_sample[:7].mean(0))
+
+
+@pytest.mark.parametrize("m, b", [(2, 16), (8, 64), (8, 512)])
+def test_estimates_are_unbiased_for_the_true_tr_S_and_G2(m, b):
+    *_, per_sample, G2_true, trS_true = least_squares_population(sigma=1.0)
+    est = draws(per_sample, m, b, num_draws=600)
+    for col, truth in [(0, trS_true), (1, G2_true)]:
+        mean, se = est[:, col].mean(), est[:, col].std(ddof=1) / math.sqrt(len(est))
+        assert abs(mean - truth) < 4 * se, (col, mean, truth, se)  # within sampling tolerance
+    assert est[:, 0].mean() == pytest.approx(trS_true, rel=0.12)
+    # A missing b in tr(S) or a missing tr(S) / B correction would be off by far more than the tolerance:
+    assert not est[:, 0].mean() / b == pytest.approx(trS_true, rel=0.5)
+
+
+def test_b_simple_follows_the_noise_up_and_down():
+    m, b = 8, 512  # the paper's default batch: B = 128 x 32 = 4096 in 8 micro-batches
+    truth, estimate, medians = [], [], []
+    for sigma in (0.25, 1.0, 4.0):
+        *_, per_sample, G2_true, trS_true = least_squares_population(sigma=sigma)
+        est = draws(per_sample, m, b, num_draws=300, seed=2)
+        truth.append(trS_true / G2_true)
+        estimate.append(est[:, 0].mean() / est[:, 1].mean())
+        medians.append(np.nanmedian(est[:, 2]))
+        assert estimate[-1] == pytest.approx(truth[-1], rel=0.1)
+        assert medians[-1] == pytest.approx(truth[-1], rel=0.25)
+    assert truth[0] < truth[1] < truth[2] and truth[2] > 10 * truth[0]  # more noise: a larger B_simple
+    assert estimate[0] < estimate[1] < estimate[2] and medians[0] < medians[1] < medians[2]
+    for k in (0, 1):  # it scales by the true factor, up and down
+        assert estimate[k + 1] / estimate[k] == pytest.approx(truth[k + 1] / truth[k], rel=0.15)
+
+
+def test_gns_estimate_by_hand():
+    # g = [3, 1], [1, 1]; B = 8 so b = 4: g_bar = [2, 1], sum ||g_i - g_bar||^2 = 2,
+    # tr(S) = 4 / 1 * 2 = 8, |G|^2 = 5 - 8 / 8 = 4, B_simple = 2.
+    tr_S, G2, b_simple = gns.gns_estimate(torch.tensor([[3.0, 1.0], [1.0, 1.0]]), 8)
+    assert (tr_S, G2, b_simple) == pytest.approx((8.0, 4.0, 2.0))
+    # Identical micro-batch gradients: no noise, B_simple = 0.
+    assert gns.gns_estimate(torch.ones(4, 3), 16) == pytest.approx((0.0, 3.0, 0.0))
+    # [1, 0], [0, 1] with B = 4: |G|^2 = 0.5 - 2 / 4 = 0, undefined.
+    tr_S, G2, b_simple = gns.gns_estimate(torch.eye(2), 4)
+    assert (tr_S, G2) == pytest.approx((2.0, 0.0)) and math.isnan(b_simple)
+    with pytest.raises(ValueError):
+        gns.gns_estimate(torch.ones(1, 3), 4)
+
+
+# ------------------------------------------------------------------ the schedule
+@pytest.mark.parametrize("b_simple, L", [(0.0, 16), (128 * 10, 16), (128 * 40, 40), (128 * 40.5, 41),
+                                         (128 * 40.49, 40), (128 * 64, 64), (1e12, 64)])
+def test_schedule_rounds_half_up_and_clips(b_simple, L):
+    s = gns.GNSScheduler(16, 64, 128)
+    assert s.update(b_simple, 1.0) == L == s.num_steps
+    assert s.b_simple == pytest.approx(b_simple)
+
+
+@pytest.mark.parametrize("tr_S, G2", [(5.0, 0.0), (5.0, -1e-3), (float("nan"), float("nan")), (0.0, 0.0)])
+def test_undefined_estimate_keeps_L_and_is_counted(tr_S, G2):
+    s = gns.GNSScheduler(16, 64, 128)
+    assert s.update(128 * 40, 1.0) == 40
+    assert s.update(tr_S, G2) == 40 and s.num_steps == 40  # the public code would drop to L_min (16)
+    assert math.isnan(s.b_simple) and (s.num_estimates, s.num_undefined) == (2, 1)
+    assert s.update(128 * 20, 1.0) == 20 and (s.num_estimates, s.num_undefined) == (3, 1)
+
+
+def test_undefined_from_the_estimator_keeps_L():
+    g = torch.randn(4, 10, generator=torch.Generator().manual_seed(0))
+    tr_S, G2, b_simple = gns.gns_estimate(torch.cat([g, -g]), 64)  # g_bar = 0: |G|^2 = -tr(S) / B < 0
+    assert tr_S > 0 and G2 == pytest.approx(-tr_S / 64) and math.isnan(b_simple)
+    s = gns.GNSScheduler(1, 8, 4)
+    s.L = 5
+    assert s.update(tr_S, G2) == 5 and s.num_undefined == 1
+
+
+def test_starts_at_L_min_and_state_roundtrip():
+    s = gns.GNSScheduler(16, 64, 128)
+    assert s.num_steps == 16 and s.num_estimates == 0 and math.isnan(s.b_simple)
+    for tr_S, G2 in [(128 * 30.0, 1.0), (1.0, -1.0), (128 * 50.0, 1.0)]:
+        s.update(tr_S, G2)
+    t = gns.GNSScheduler(16, 64, 128)
+    buf = io.BytesIO()
+    torch.save(s.state_dict(), buf)  # as in checkpoint.pt
+    buf.seek(0)
+    t.load_state_dict(torch.load(buf, weights_only=False))
+    assert (t.L, t.b_simple, t.num_estimates, t.num_undefined) == (50, 128 * 50.0, 3, 1)
+    assert t.update(-1.0, -1.0) == s.update(-1.0, -1.0) == 50
+
+
+@pytest.mark.parametrize("L, epochs", [(16, 2), (24, 2), (40, 3), (64, 4)])
+def test_epoch_rule_is_abs_pqn_atari_s(L, epochs):
+    assert gns.update_epochs_for(L, 2, 32) == epochs == abs_pqn.update_epochs_for(L, 2, 32)
+
+
+# ------------------------------------------------------------------ micro-batch gradients
+def test_micro_batch_gradients_match_autograd_per_micro_batch():
+    torch.manual_seed(0)
+    net = gns.QNetwork(3)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    n, m = 16, 4
+    obs = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.randint(0, 3, (n,))
+    returns = torch.randn(n)
+    valid = torch.ones(n)
+    perm = torch.randperm(n)
+    valid[perm[[1, 6, 7]]] = 0.0  # reset transitions inside micro-batches 0 and 1
+    valid[perm[12:]] = 0.0  # micro-batch 3 is all reset transitions: zero gradient
+    got = gns.micro_batch_gradients(net, obs, actions, returns, valid, m, perm)
+
+    params = list(net.parameters())
+    P = sum(p.numel() for p in params)
+    assert got.shape == (m, P)
+    assert all(p.grad is None for p in params)  # .grad (and so the optimizer) untouched
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
+    ref = copy.deepcopy(net)
+    for i in range(m):
+        idx = perm[i * 4 : (i + 1) * 4]
+        keep = idx[valid[idx] > 0]  # the mean over the micro-batch's valid transitions
+        ref.zero_grad()
+        if len(keep):
+            q = ref(obs[keep])[torch.arange(len(keep)), actions[keep]]
+            nn.functional.mse_loss(q, returns[keep]).backward()
+            expected = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+        else:
+            expected = torch.zeros(P)
+        torch.testing.assert_close(got[i], expected, rtol=1e-4, atol=1e-6)
+    assert got[3].abs().sum() == 0 and got[0].abs().sum() > 0
+
+
+def test_micro_batch_gradients_average_to_the_batch_gradient():
+    torch.manual_seed(1)
+    net = gns.QNetwork(4)
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    actions, returns, valid = torch.randint(0, 4, (8,)), torch.randn(8), torch.ones(8)
+    got = gns.micro_batch_gradients(net, obs, actions, returns, valid, 2)  # default order: as stored
+    loss = (net(obs).gather(1, actions[:, None]).squeeze(1) - returns).pow(2).mean()
+    full = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(net.parameters()))])
+    torch.testing.assert_close(got.mean(0), full, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError):
+        gns.micro_batch_gradients(net, obs, actions, returns, valid, 3)
+
+
+# ------------------------------------------------------------------ validation and identity with abs_pqn_atari.py
+@pytest.mark.parametrize("flags, needle", [
+    (["--gns-micro-batches", "1"], "--gns-micro-batches"),
+    (["--num-envs", "12"], "--gns-micro-batches"),  # 12 % 4 minibatches is fine, 12 % 8 micro-batches is not
+    (["--num-envs", "16", "--gns-micro-batches", "32"], "--gns-micro-batches"),
+    (["--gns-freq", "0"], "--gns-freq"),
+    (["--num-envs", "6"], "--num-minibatches"),
+    (["--num-steps-min", "80"], "--num-steps-min"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"),
+    (["--network", "resnet"], "--network"),
+])
+def test_validate_args_rejects(flags, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        gns.parse_args(flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+@pytest.mark.parametrize("flag", ["--window", "--ema-beta", "--divergence-low", "--divergence-high", "--schedule",
+                                  "--ref-batch-size", "--adapt-freq"])
+def test_abs_only_flags_are_gone(flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        gns.parse_args([flag, "1"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        gns.parse_args(["--track-divergence"])
+
+
+def test_defaults_are_valid_and_the_papers():
+    args, checkpoint = gns.parse_args([])
+    assert checkpoint is None
+    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.gns_freq, args.gns_micro_batches) == (128, 16, 64, 50, 8)
+    assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.adapt) == (2, 32, 4, True)
+    # Fixed batch: the micro-batch rule does not apply.
+    args, _ = gns.parse_args(["--no-adapt", "--num-envs", "12", "--num-steps", "32"])
+    assert args.num_envs == 12
+
+
+def test_shared_flags_and_code_are_abs_pqn_atari_s():
+    g, a = gns.Args(), abs_pqn.Args()
+    shared = {k: v for k, v in vars(g).items() if not k.startswith("gns_") and k != "exp_name"}
+    assert shared == {k: vars(a)[k] for k in shared}  # every remaining flag, same default
+    assert set(vars(a)) - set(vars(g)) == {"adapt_freq", "window", "ema_beta", "divergence_low", "divergence_high",
+                                           "ref_batch_size", "schedule", "track_divergence"}
+    assert gns.RUN_CONTROL_FLAGS == abs_pqn.RUN_CONTROL_FLAGS and gns.NETWORKS == abs_pqn.NETWORKS
+    for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "linear_schedule", "nature_cnn",
+                 "ResidualBlock", "QNetwork", "select_actions", "allocate_storage", "pqn_update", "make_envs",
+                 "evaluate", "summarize_eval", "atomic_write_json", "atomic_torch_save", "rng_state",
+                 "set_rng_state", "parse_args"]:
+        assert inspect.getsource(getattr(gns, name)) == inspect.getsource(getattr(abs_pqn, name)), name
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--gns-micro-batches", "1"], "--gns-micro-batches"),
+    (["--num-envs", "12"], "--gns-micro-batches"),
+])
+def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ end to end on envpool
+def check_eval_json(path, args_expected, total, episodes=2):
+    res = json.loads(path.read_text())
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
+                        "eval", "args"}
+    assert res["algo"] == "gns_pqn_atari" and res["env_id"] == "Breakout-v5"
+    assert res["total_timesteps"] == total and res["global_step"] >= total
+    assert res["train_seconds"] > 0
+    ev = res["eval"]
+    assert ev["episodes"] == episodes == len(ev["returns"]) == len(ev["lengths"])
+    if episodes:
+        assert ev["mean"] == pytest.approx(np.mean(ev["returns"])) and ev["min"] <= ev["median"] <= ev["max"]
+        assert all(0 < n <= 150 for n in ev["lengths"])
+        assert ev["capped"] == sum(n == 150 for n in ev["lengths"])
+    assert set(res["args"]) == set(vars(gns.Args()))
+    for k, v in args_expected.items():
+        assert res["args"][k] == v
+    return res
+
+
+@pytest.fixture(scope="module")
+def gns_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("gns")
+    p = run([*TINY, "--total-timesteps", "400", "--run-name", "gns"], tmp_path)
+    return p, tmp_path / "gns"
+
+
+def test_end_to_end_gns_moves_L_within_range(gns_run):
+    p, run_dir = gns_run
+    assert p.returncode == 0, p.stderr[-2000:]
+    check_eval_json(run_dir / "eval_results.json", {"adapt": True, "gns_freq": 1, "gns_micro_batches": 2,
+                                                    "num_steps_min": 1, "num_steps_max": 8}, 400)
+    assert "step 4" in p.stdout and "| L " in p.stdout and "| B_simple " in p.stdout and "ETA" in p.stdout
+    tags = scalars(run_dir)
+    for tag in ["charts/SPS", "charts/epsilon", "losses/td_loss", "losses/q_values",
+                "perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
+                *ADAPT_TAGS]:
+        assert tag in tags, tag
+    assert not any(t.startswith("adapt/divergence") for t in tags)
+    steps = [s for s, _ in tags["adapt/num_steps"]]
+    for tag in ADAPT_TAGS:
+        assert [s for s, _ in tags[tag]] == steps  # one row per estimate, all at the same global step
+    val = {tag: [v for _, v in tags[tag]] for tag in ADAPT_TAGS}
+    Ls = val["adapt/num_steps"]
+    assert all(1 <= L <= 8 for L in Ls) and len(set(Ls)) > 1  # L moved and stayed in range
+    prev_L, undefined = 1, 0  # the run starts at L_min
+    for b_simple, noise, signal, L, B, ep, undefined_now in zip(*(val[t] for t in ADAPT_TAGS if t != "adapt/gns_seconds")):
+        assert noise >= 0 and B == 8 * L and ep == gns.update_epochs_for(int(L), 2, 32)
+        if signal > 0:
+            assert b_simple == pytest.approx(noise / signal, rel=1e-3, abs=1e-6)
+            assert L == gns.round_half_up(min(max(b_simple / 8, 1), 8))
+        else:  # undefined: L is kept and the counter goes up
+            undefined += 1
+            assert math.isnan(b_simple) and L == prev_L
+        assert undefined_now == undefined
+        prev_L = L
+    # Each iteration advances the global step by E * L, where L is the one produced by the previous estimate.
+    for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
+        assert s1 - s0 == 8 * L
+    # adapt/gns_seconds is per estimate; perf/adapt_seconds is their running sum.
+    assert all(t > 0 for t in val["adapt/gns_seconds"])
+    assert tags["perf/adapt_seconds"][-1][1] == pytest.approx(sum(val["adapt/gns_seconds"]), rel=1e-3)
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["scheduler"]["num_estimates"] == ckpt["iteration"] == len(steps)
+    assert ckpt["scheduler"]["num_undefined"] == undefined and ckpt["scheduler"]["L"] == Ls[-1]
+
+
+def test_end_to_end_fixed_baseline(tmp_path):
+    p = run([*TINY, "--total-timesteps", "200", "--run-name", "fixed", "--no-adapt", "--num-steps", "2",
+             "--eval-episodes", "0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = tmp_path / "fixed"
+    res = check_eval_json(run_dir / "eval_results.json", {"adapt": False, "num_steps": 2}, 200, episodes=0)
+    assert res["global_step"] == 208  # 13 iterations of 8 envs x 2 steps
+    tags = scalars(run_dir)
+    assert not any(t.startswith("adapt/") for t in tags)
+    assert tags["perf/adapt_seconds"][-1][1] == 0.0
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["scheduler"]["num_estimates"] == 0 and ckpt["scheduler"]["L"] == 2
+
+
+def test_resume_continues_step_count_L_and_run_dir(gns_run, tmp_path):
+    p, src = gns_run
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = tmp_path / "gns"
+    shutil.copytree(src, run_dir)
+    (run_dir / "eval_results.json").unlink()
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    first_step, first_L = ckpt["global_step"], ckpt["scheduler"]["L"]
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "560", "--eval-episodes", "0",
+             "--no-cuda"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "resumed" in p.stdout and f"global_step {first_step}" in p.stdout
+    res = check_eval_json(run_dir / "eval_results.json", {"num_envs": 8, "gns_micro_batches": 2, "num_steps_max": 8},
+                          560, episodes=0)
+    ckpt2 = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt2["global_step"] == res["global_step"] >= 560
+    assert ckpt2["scheduler"]["num_estimates"] == ckpt2["iteration"] > ckpt["iteration"]
+    assert ckpt2["scheduler"]["num_undefined"] >= ckpt["scheduler"]["num_undefined"]
+    assert os.listdir(tmp_path) == ["gns"]  # no second run directory
+    rows = scalars(run_dir)["adapt/num_steps"]
+    steps = [s for s, _ in rows]
+    assert steps == sorted(steps)
+    # Every iteration has its row, before and after the checkpoint's step (the row at exactly that step is
+    # not checked: the writer's purge_step=global_step drops it on resume, as in abs_pqn_atari.py).
+    assert sum(s < first_step for s in steps) == ckpt["iteration"] - 1
+    assert sum(s > first_step for s in steps) == ckpt2["iteration"] - ckpt["iteration"]
+    after = [s for s in steps if s > first_step]
+    assert after[0] == first_step + 8 * first_L  # the first resumed iteration used the checkpoint's L
