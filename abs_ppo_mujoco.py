@@ -532,6 +532,7 @@ if __name__ == "__main__":
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
     def save_checkpoint():
@@ -651,7 +652,7 @@ if __name__ == "__main__":
 
         crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
         if crossed or stop_signal or global_step >= args.total_timesteps:
-            train_seconds, start_time = train_seconds_now, now
+            train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
         if stop_signal:
             print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
@@ -660,6 +661,8 @@ if __name__ == "__main__":
     obs_rms = normalization_state(envs)["obs_rms"]
     envs.close()
     train_seconds += time.time() - start_time
+    if device.type == "cuda":
+        writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
 
     # Training is checkpointed; a signal during evaluation simply ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

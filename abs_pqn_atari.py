@@ -594,7 +594,7 @@ if __name__ == "__main__":
 
         crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
         if crossed or stop_signal or global_step >= args.total_timesteps:
-            train_seconds, start_time = train_seconds_now, now
+            train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
         if stop_signal:
             print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")

@@ -296,7 +296,8 @@ def check_eval_json(path, args_expected, total):
 
 
 def test_end_to_end_abs_moves_L_within_range(tmp_path):
-    p = run([*TINY, "--total-timesteps", "4000", "--run-name", "abs", "--divergence-low", "0.01", "--divergence-high", "0.5"], tmp_path)
+    p = run([*TINY, "--total-timesteps", "4000", "--run-name", "abs", "--divergence-low", "0.01", "--divergence-high", "0.5",
+             "--checkpoint-every", "500"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     run_dir = tmp_path / "abs"
     check_eval_json(run_dir / "eval_results.json", {"adapt": True, "num_steps_max": 16}, 4000)
@@ -319,6 +320,10 @@ def test_end_to_end_abs_moves_L_within_range(tmp_path):
     for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
         assert s1 - s0 == 8 * L
     assert (run_dir / "checkpoint.pt").exists()
+    # SPS stays a rate across checkpoints (it once divided all steps by the time since the last one).
+    res = json.loads((run_dir / "eval_results.json").read_text())
+    mean_sps = res["global_step"] / res["train_seconds"]
+    assert max(v for _, v in tags["charts/SPS"]) < 5 * mean_sps
 
 
 def test_end_to_end_fixed_baseline_and_pqn_l(tmp_path):
