@@ -1,0 +1,209 @@
+#!/usr/bin/env python
+"""Speed and memory of the training scripts, measured as real processes.
+
+    python bench/throughput.py --quick      # a few minutes on 2 CPU cores
+    python bench/throughput.py              # sized for a GPU box (paper settings, longer runs)
+
+Variants of one group (PQN fixed / ABS / GNS, PPO fixed / ABS, BTR fixed / ABS) run at the same
+settings and alternate round by round, so that drift of a shared machine hits them alike; each row's
+SPS is the median over rounds and its ratio is to the group's first (fixed-batch) row measured in the
+same rounds. An environment-only row (random actions through the same envpool setup) is the ceiling.
+Writes bench/results.md and bench/results.json (or --out DIR).
+"""
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds")
+
+
+def configs(quick: bool) -> dict:
+    """group -> list of (variant name, script, flags); the first variant of a group is its baseline."""
+    if quick:  # 2 CPU cores: small envs and short runs; K smaller than the paper's so it is exercised
+        pqn = "--env-id Breakout-v5 --num-envs 16 --num-minibatches 4 --total-timesteps 16384"
+        K = 10
+        ppo = "--env-id HalfCheetah-v5 --total-timesteps 8192 --num-steps-min 1024 --num-steps-max 2048"
+        btr = ("--env-id Breakout-v5 --num-envs 8 --buffer-size 16384 --learning-starts 1000 "
+               "--total-timesteps 3000 --batch-size-min 64 --batch-size-max 128 --batch-size 64")
+    else:  # paper settings
+        pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
+        K = 50
+        ppo = "--env-id HalfCheetah-v5 --total-timesteps 200000"
+        btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 20000 --total-timesteps 120000"
+    return {
+        "pqn": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
+                ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"),
+                ("PQN + ABS, L in [16, 64]", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K}"),
+                ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py", f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
+        "ppo": [("PPO fixed L=2048", "abs_ppo_mujoco.py", f"{ppo} --no-adapt --num-steps 2048"),
+                ("PPO + ABS", "abs_ppo_mujoco.py", ppo)],
+        "btr": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
+                ("BTR + ABS", "abs_btr.py", btr)],
+    }
+
+
+def scalars(run_dir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def scaled(flags: str, scale: float) -> list[str]:
+    """The flags with --total-timesteps multiplied by scale (for a smoke run of the benchmark itself)."""
+    words = shlex.split(flags)
+    i = words.index("--total-timesteps") + 1
+    words[i] = str(max(1, int(int(words[i]) * scale)))
+    return words
+
+
+def run_variant(script: str, flags: list[str], out: Path, extra: str) -> dict:
+    """One training process; its SPS, phase split, peak RSS (wait4 of that very child) and storage."""
+    cmd = [sys.executable, script, *flags, *shlex.split(extra), "--eval-episodes", "0",
+           "--checkpoint-every", "0", "--output-dir", str(out), "--run-name", "bench"]
+    t0 = time.time()
+    log = open(out / "log.txt", "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    log.close()
+    row = {"command": shlex.join(["python", script, *flags, *shlex.split(extra)]),
+           "returncode": proc.returncode, "wall_seconds": time.time() - t0,
+           "peak_rss_mb": usage.ru_maxrss / 1024}
+    if proc.returncode != 0:
+        row["error"] = (out / "log.txt").read_text()[-800:]
+        return row
+    tags = scalars(out / "bench")
+    row["sps"] = tags["charts/SPS"][-1][1]
+    row["phases"] = {t.split("/")[1]: tags[t][-1][1] for t in PERF_TAGS if t in tags}
+    for tag in ("perf/storage_bytes", "perf/cuda_peak_bytes"):
+        if tag in tags:
+            row[tag.split("/")[1]] = tags[tag][-1][1]
+    return row
+
+
+def env_only_sps(env_id: str, num_envs: int, steps: int) -> float:
+    """Random actions through the same envpool setup as abs_pqn_atari.py: the machine's ceiling."""
+    import envpool
+    import numpy as np
+
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=1)
+    envs.reset()
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for _ in range(steps // num_envs):
+        envs.step(rng.integers(0, envs.action_space.n, num_envs))
+    return steps / (time.perf_counter() - t0)
+
+
+def summarize(group_rows: list[list[dict]]) -> list[dict]:
+    """Median over rounds per variant, and the ratio to the baseline's median."""
+    out = []
+    for rows in group_rows:
+        ok = [r for r in rows if r["returncode"] == 0]
+        s = dict(rows[-1])
+        s["rounds"] = len(ok)
+        s["sps_rounds"] = [r["sps"] for r in ok]
+        s["sps"] = statistics.median(s["sps_rounds"]) if ok else None
+        s["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rows)
+        out.append(s)
+    base = out[0]["sps"]
+    for s in out:
+        s["ratio"] = s["sps"] / base if s["sps"] and base else None
+    return out
+
+
+def phase_split(phases: dict) -> str:
+    total = sum(phases.values()) or 1.0
+    return ", ".join(f"{k.replace('_seconds', '')} {100 * v / total:.0f}%" for k, v in phases.items())
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# Throughput ({results['mode']})", "",
+             f"Machine: {results['machine']}. Date: {results['date']}. Rounds: {results['rounds']} "
+             "(variants alternate within each round; SPS is the median over rounds).", "",
+             f"Environment only (random actions, {results['env_only']['num_envs']} envs): "
+             f"**{results['env_only']['sps']:.0f} SPS**", "",
+             "| variant | SPS | ratio to fixed | phase split | peak host MB | peak CUDA MB | storage MB | command |",
+             "|---|---|---|---|---|---|---|---|"]
+    for group, rows in results["groups"].items():
+        for r in rows:
+            if r.get("sps") is None:
+                lines.append(f"| {r['name']} | failed | | | | | | `{r['command']}` |")
+                continue
+            cuda = f"{r['cuda_peak_bytes'] / 2**20:.0f}" if "cuda_peak_bytes" in r else "-"
+            storage = f"{r['storage_bytes'] / 2**20:.1f}" if "storage_bytes" in r else "-"
+            lines.append(f"| {r['name']} | {r['sps']:.0f} | {r['ratio']:.3f} | {phase_split(r.get('phases', {}))} "
+                         f"| {r['peak_rss_mb']:.0f} | {cuda} | {storage} | `{r['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small settings that finish in minutes on 2 CPU cores")
+    p.add_argument("--rounds", type=int, help="alternation rounds (default: 2 quick, 3 full)")
+    p.add_argument("--groups", nargs="+", choices=("pqn", "ppo", "btr"), default=["pqn", "ppo", "btr"])
+    p.add_argument("--extra-args", default="", help="flags appended to every run, e.g. '--no-cuda'")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (smoke-testing the benchmark)")
+    p.add_argument("--out", default=str(ROOT / "bench"), help="directory of results.md and results.json")
+    args = p.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 3)
+    table = {g: v for g, v in configs(args.quick).items() if g in args.groups}
+    for g, variants in table.items():
+        for name, script, _ in variants:
+            if not (ROOT / script).exists():
+                sys.exit(f"error: --groups {g} needs {script}, which is not in {ROOT}")
+    measured = {g: [[] for _ in v] for g, v in table.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(rounds):
+            for g, variants in table.items():
+                for i, (name, script, flags) in enumerate(variants):
+                    out = Path(tmp) / f"{g}{i}_{rnd}"
+                    out.mkdir()
+                    row = run_variant(script, scaled(flags, args.scale), out, args.extra_args)
+                    row["name"] = name
+                    measured[g][i].append(row)
+                    print(f"round {rnd + 1}/{rounds} {name}: " +
+                          (f"{row['sps']:.0f} SPS" if "sps" in row else f"failed ({row['returncode']})"), flush=True)
+    num_envs = 16 if args.quick else 128
+    results = {
+        "mode": ("quick" if args.quick else "full") + (f", steps x {args.scale}" if args.scale != 1 else ""),
+        "rounds": rounds,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, " + gpu_name(),
+        "env_only": {"num_envs": num_envs, "sps": env_only_sps("Breakout-v5", num_envs, 20 * num_envs * 32)},
+        "groups": {g: summarize(rows) for g, rows in measured.items()},
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(markdown(results))
+    print(markdown(results))
+    failed = [r["name"] for rows in results["groups"].values() for r in rows if r.get("sps") is None]
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    except Exception:
+        return "no GPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The benchmark's quick mode, shrunk further with --scale, on the PQN group: real processes, real numbers."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import abs_pqn_atari as pqn  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import throughput  # noqa: E402
+
+
+def test_scaled_multiplies_only_total_timesteps():
+    assert throughput.scaled("--a 1 --total-timesteps 1000 --b 2", 0.25) == ["--a", "1", "--total-timesteps", "250", "--b", "2"]
+
+
+def test_summarize_medians_and_ratios():
+    rows = [[{"returncode": 0, "sps": s, "peak_rss_mb": 10.0} for s in (100, 120, 110)],
+            [{"returncode": 0, "sps": s, "peak_rss_mb": 12.0} for s in (99, 90, 105)],
+            [{"returncode": 1, "peak_rss_mb": 5.0}]]
+    out = throughput.summarize(rows)
+    assert [o["sps"] for o in out[:2]] == [110, 99] and out[2]["sps"] is None
+    assert out[0]["ratio"] == 1.0 and out[1]["ratio"] == pytest.approx(0.9) and out[2]["ratio"] is None
+
+
+def test_quick_benchmark_pqn_group(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "throughput.py"), "--quick", "--groups", "pqn",
+                        "--rounds", "1", "--scale", "0.05", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["env_only"]["sps"] > 0
+    rows = res["groups"]["pqn"]
+    assert [r["name"] for r in rows] == ["PQN fixed L=32", "PQN + ABS, L pinned at 32", "PQN + ABS, L in [16, 64]",
+                                         "PQN + GNS, L pinned at 32"]
+    assert rows[0]["ratio"] == 1.0
+    for r in rows:
+        assert r["returncode"] == 0 and r["sps"] > 0 and r["peak_rss_mb"] > 50
+        assert set(r["phases"]) == {"env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"}
+        assert r["command"].startswith("python ") and "--total-timesteps 819" in r["command"]
+    assert rows[0]["phases"]["adapt_seconds"] == 0.0 and rows[1]["phases"]["adapt_seconds"] > 0.0
+    storage = lambda L: sum(b.numel() * b.element_size() for b in pqn.allocate_storage(L, 16, (4, 84, 84), "meta").values())  # noqa: E731
+    assert rows[0]["storage_bytes"] == storage(32) and rows[2]["storage_bytes"] == storage(64)
+    md = (tmp_path / "results.md").read_text()
+    assert md.count("| PQN") == 4 and "Environment only" in md
