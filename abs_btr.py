@@ -1,0 +1,1001 @@
+# Beyond The Rainbow (BTR) + Adaptive Batch Scaling (ABS) on envpool Atari, single file in the style of CleanRL.
+# Papers: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026), section 5.7;
+# "Beyond The Rainbow: High Performance Deep Reinforcement Learning on a Desktop PC" (Clark et al., ICML 2025).
+# BTR = IMPALA CNN (x2, spectral norm, 6x6 max-pool) + IQN + dueling noisy streams + LayerNorm + Munchausen
+# targets + 3-step returns + prioritised replay. ABS for replay methods maps the Behavioral Divergence (fraction of
+# greedy actions that change across a few gradient steps) to the *sampled batch size* in [B_min, B_max].
+# `--no-adapt --batch-size B` gives fixed-batch baselines; every BTR component has a flag for ablations.
+#
+# Replay layout: one row per vectorised env step, a circular [T, num_envs] array per field, T = buffer/num_envs.
+# Row t holds the newest frame of the observation the agent acted on, the action, the clipped reward and flags.
+# The row after an episode end is envpool's reset step (its action is ignored): it keeps the frame of the episode's
+# last observation (the bootstrap state) and is never sampled as a transition. 4-frame stacks are rebuilt on
+# sampling exactly as envpool built them: envpool keeps its stack across a life loss and, at a game start (game over,
+# time limit, first reset), repeats the first frame, so the rebuild repeats the first frame of a game and never reads
+# past the oldest row. A row becomes sampleable (max priority) once its n-step window is written; the oldest
+# FRAME_STACK - 1 rows are not sampleable, so no stack reaches past the write position.
+import copy
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the default run name)"""
+    seed: int = 1
+    """seed of the experiment (python, numpy, torch, envpool)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    track: bool = False
+    """log to Weights and Biases (wandb is imported only then)"""
+    wandb_project_name: str = "abs"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    output_dir: str = "runs"
+    """everything a run writes goes under <output-dir>/<run-name>/"""
+    run_name: Optional[str] = None
+    """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    checkpoint_every: int = 1_000_000
+    """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    checkpoint_buffer: bool = False
+    """also put the replay buffer in checkpoints (~7 KB per transition; kept on --resume); without it a resume refills"""
+    save_model: bool = False
+    """write the final Q-network weights to <run>/model.pt"""
+    log_every_seconds: float = 5.0
+    """at most one progress line per this many seconds"""
+    scalar_every: int = 100
+    """write the charts/losses/perf scalars every this many vectorised env steps"""
+
+    # BTR
+    env_id: str = "Breakout-v5"
+    """an envpool Atari id, e.g. Breakout-v5"""
+    total_timesteps: int = 20_000_000
+    """total environment steps (summed over the envs)"""
+    learning_rate: float = 1e-4
+    """Adam learning rate (constant)"""
+    adam_eps: float = 0.005 / 256
+    """Adam epsilon (BTR: 0.005 / 256)"""
+    num_envs: int = 64
+    """number of parallel envpool environments (one gradient step per vectorised step)"""
+    buffer_size: int = 1_048_576
+    """replay capacity in transitions (a multiple of --num-envs; each env stream gets buffer-size/num-envs rows)"""
+    learning_starts: int = 200_000
+    """transitions in the replay buffer before gradient steps start (again after a resume without the buffer)"""
+    gamma: float = 0.997
+    """discount factor"""
+    n_step: int = 3
+    """n of the n-step returns (they stop at episode ends)"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clip"""
+    target_network_frequency: int = 500
+    """gradient steps between hard target-network updates"""
+    start_e: float = 1.0
+    """initial exploration epsilon (on top of the noisy nets)"""
+    end_e: float = 0.01
+    """final exploration epsilon"""
+    exploration_steps: int = 2_000_000
+    """env steps over which epsilon decays linearly"""
+    impala: bool = True
+    """IMPALA CNN encoder (--no-impala: the Nature DQN CNN)"""
+    model_size: float = 2.0
+    """width scale of the IMPALA CNN (channels 16, 32, 32 times this)"""
+    spectral_norm: bool = True
+    """spectral normalisation on the IMPALA residual convs"""
+    maxpool_size: int = 6
+    """adaptive max-pool of the IMPALA output to this size (0: off)"""
+    hidden_size: int = 512
+    """width of the hidden layer of each dueling stream"""
+    layer_norm: bool = True
+    """LayerNorm after the hidden layer of each stream"""
+    noisy: bool = True
+    """factorised noisy linear layers in the streams (--no-noisy: plain linear)"""
+    noisy_sigma0: float = 0.5
+    """initial noise scale sigma_0 of the noisy layers"""
+    dueling: bool = True
+    """dueling value and advantage streams"""
+    iqn: bool = True
+    """implicit quantile head and quantile Huber loss (--no-iqn: one Q-value per action, Huber loss)"""
+    num_tau: int = 8
+    """quantile fractions sampled per state (online and target networks)"""
+    num_cosines: int = 64
+    """cosine features of the quantile embedding"""
+    kappa: float = 1.0
+    """Huber threshold of the quantile Huber loss"""
+    munchausen: bool = True
+    """Munchausen targets (--no-munchausen: n-step IQN targets with the target network's greedy action)"""
+    munchausen_alpha: float = 0.9
+    """weight of the Munchausen log-policy bonus"""
+    munchausen_tau: float = 0.03
+    """entropy temperature of the Munchausen soft policy"""
+    munchausen_clip: float = -1.0
+    """lower clip l0 of the scaled log-policy bonus"""
+    per: bool = True
+    """prioritised replay (--no-per: uniform sampling, no importance weights)"""
+    per_alpha: float = 0.2
+    """priority exponent"""
+    per_beta: float = 0.45
+    """initial importance-sampling exponent, annealed linearly to 1 from learning start to the end of training"""
+
+    # ABS
+    adapt: bool = True
+    """adapt the sampled batch size with ABS (--no-adapt: fixed --batch-size)"""
+    batch_size: int = 256
+    """batch size when --no-adapt"""
+    batch_size_min: int = 128
+    """B_min, the smallest batch ABS uses (and the batch during burn-in)"""
+    batch_size_max: int = 512
+    """B_max, the largest batch ABS uses"""
+    batch_size_multiple: int = 32
+    """ABS rounds its batch to a multiple of this (B_min and B_max must be multiples)"""
+    adapt_freq: int = 500
+    """K: start a divergence measurement every K gradient steps"""
+    divergence_span: int = 8
+    """gradient steps between the snapshot and the measurement"""
+    window: int = 10
+    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    ema_beta: float = 0.1
+    """beta of the EMA that moves the batch size towards its target"""
+    divergence_low: float = 0.05
+    """delta_min: a mean divergence at or below this gives B_max"""
+    divergence_high: float = 0.95
+    """delta_max: a mean divergence at or above this gives B_min"""
+    ref_batch_size: int = 2048
+    """M: states from the newest transitions on which the divergence is measured"""
+    schedule: str = "log"
+    """interpolation of the batch between the divergence bounds: log | linear"""
+    track_divergence: bool = False
+    """with --no-adapt, still measure and log the divergence every K gradient steps"""
+
+    # Evaluation
+    eval_episodes: int = 100
+    """greedy evaluation episodes after training (no life loss, no reward clipping)"""
+    eval_epsilon: float = 0.0
+    """epsilon of the evaluation policy"""
+    eval_num_envs: int = 8
+    """parallel environments for the evaluation"""
+    eval_max_episode_steps: int = 27_000
+    """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
+
+
+FRAME_STACK = 4
+SCHEDULES = ("log", "linear")
+# Flags that may change on --resume; every other flag is taken from the checkpoint.
+RUN_CONTROL_FLAGS = (
+    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
+    "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
+    "scalar_every",
+)
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
+    if args.schedule not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    try:
+        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        is_atari = False
+    if not is_atari:
+        raise ValueError(f"--env-id must be an envpool Atari id such as Breakout-v5, got {args.env_id!r}")
+    for flag, value in [("--num-envs", args.num_envs), ("--buffer-size", args.buffer_size),
+                        ("--batch-size", args.batch_size), ("--batch-size-min", args.batch_size_min),
+                        ("--batch-size-multiple", args.batch_size_multiple), ("--adapt-freq (K)", args.adapt_freq),
+                        ("--divergence-span", args.divergence_span), ("--window (W)", args.window),
+                        ("--ref-batch-size (M)", args.ref_batch_size), ("--n-step", args.n_step),
+                        ("--num-tau", args.num_tau), ("--num-cosines", args.num_cosines),
+                        ("--hidden-size", args.hidden_size), ("--target-network-frequency", args.target_network_frequency),
+                        ("--total-timesteps", args.total_timesteps), ("--scalar-every", args.scalar_every),
+                        ("--eval-num-envs", args.eval_num_envs), ("--eval-max-episode-steps", args.eval_max_episode_steps)]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.buffer_size % args.num_envs:
+        raise ValueError(f"--buffer-size ({args.buffer_size}) must be a multiple of --num-envs ({args.num_envs})")
+    if args.buffer_size // args.num_envs < 2 * (args.n_step + FRAME_STACK):
+        raise ValueError(f"--buffer-size must give each env at least {2 * (args.n_step + FRAME_STACK)} rows "
+                         f"(--n-step {args.n_step}), got {args.buffer_size // args.num_envs}")
+    if args.learning_starts > args.buffer_size:
+        raise ValueError(f"--learning-starts ({args.learning_starts}) must be <= --buffer-size ({args.buffer_size})")
+    if args.batch_size_min > args.batch_size_max:
+        raise ValueError(f"--batch-size-min ({args.batch_size_min}) must be <= --batch-size-max ({args.batch_size_max})")
+    for flag, value in [("--batch-size-min", args.batch_size_min), ("--batch-size-max", args.batch_size_max)]:
+        if args.adapt and value % args.batch_size_multiple:
+            raise ValueError(f"{flag} ({value}) must be a multiple of --batch-size-multiple ({args.batch_size_multiple})")
+    if args.divergence_span > args.adapt_freq:
+        raise ValueError(f"--divergence-span ({args.divergence_span}) must be <= --adapt-freq ({args.adapt_freq})")
+    if not 0.0 < args.divergence_low < args.divergence_high <= 1.0:
+        raise ValueError("--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
+                         f"got {args.divergence_low} and {args.divergence_high}")
+    if not 0.0 < args.ema_beta <= 1.0:
+        raise ValueError(f"--ema-beta must be in (0, 1], got {args.ema_beta}")
+    if args.impala and int(16 * args.model_size) < 1:
+        raise ValueError(f"--model-size must give at least one channel (>= 1/16), got {args.model_size}")
+    for flag, value in [("--learning-rate", args.learning_rate), ("--adam-eps", args.adam_eps),
+                        ("--max-grad-norm", args.max_grad_norm), ("--kappa", args.kappa),
+                        ("--munchausen-tau", args.munchausen_tau)]:
+        if not value > 0.0:
+            raise ValueError(f"{flag} must be > 0, got {value}")
+    if not 0.0 < args.gamma <= 1.0:
+        raise ValueError(f"--gamma must be in (0, 1], got {args.gamma}")
+    if args.munchausen_clip > 0.0 or args.per_alpha < 0.0 or not 0.0 <= args.per_beta <= 1.0:
+        raise ValueError("--munchausen-clip must be <= 0, --per-alpha >= 0 and --per-beta in [0, 1], got "
+                         f"{args.munchausen_clip}, {args.per_alpha} and {args.per_beta}")
+    for flag, value in [("--start-e", args.start_e), ("--end-e", args.end_e), ("--eval-epsilon", args.eval_epsilon)]:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{flag} must be in [0, 1], got {value}")
+    if min(args.learning_starts, args.exploration_steps, args.maxpool_size, args.noisy_sigma0) < 0:
+        raise ValueError("--learning-starts, --exploration-steps, --maxpool-size and --noisy-sigma0 must be >= 0")
+    if args.eval_episodes < 0 or args.checkpoint_every < 0:
+        raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
+
+
+# ---------------------------------------------------------------- the ABS schedule (pure math)
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def round_to_multiple(x: float, multiple: int) -> int:
+    """The batch ABS uses from its float state: the nearest multiple of `multiple` (halves up)."""
+    return multiple * round_half_up(x / multiple)
+
+
+def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
+                         schedule: str = "log") -> float:
+    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
+    d = min(max(delta_bar, delta_min), delta_max)
+    if schedule == "log":
+        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
+    else:
+        alpha = (d - delta_min) / (delta_max - delta_min)
+    return L_max - alpha * (L_max - L_min)
+
+
+class ABSScheduler:
+    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
+
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
+        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
+        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
+        self.history = deque(maxlen=window)
+        self.L = float(L_min)
+        self.num_measurements = 0
+
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        return round_half_up(self.L)
+
+    def update(self, delta: float) -> int:
+        self.history.append(delta)
+        self.num_measurements += 1
+        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+            return self.num_steps
+        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
+                                      self.schedule)
+        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
+        return self.num_steps
+
+    def state_dict(self):
+        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
+
+    def load_state_dict(self, state):
+        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+@torch.no_grad()
+def behavioral_divergence(q_new: nn.Module, q_old: nn.Module, states: torch.Tensor) -> float:
+    """delta: the fraction of states whose greedy action differs between the two networks."""
+    return (q_new(states).argmax(dim=1) != q_old(states).argmax(dim=1)).float().mean().item()
+
+
+# ---------------------------------------------------------------- prioritised replay of single frames
+class SumTree:
+    """Binary sum tree over `capacity` leaves (float64); vectorised O(log N) updates and prefix-sum searches."""
+
+    def __init__(self, capacity: int):
+        self.depth = max(capacity - 1, 0).bit_length()
+        self.size = 1 << self.depth  # leaves live at nodes size .. 2*size-1, the root is node 1
+        self.tree = np.zeros(2 * self.size)
+
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def get(self, idx):
+        return self.tree[np.asarray(idx) + self.size]
+
+    def update(self, idx, values):
+        """Set leaves (the last value wins for repeated indices) and recompute their ancestors from their children."""
+        nodes = np.asarray(idx, dtype=np.int64) + self.size
+        self.tree[nodes] = values
+        for _ in range(self.depth):
+            nodes = np.unique(nodes >> 1)
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+
+    def find(self, values):
+        """Leaf whose prefix-sum interval holds each value; a zero-priority leaf is never returned."""
+        nodes = np.ones(len(values), dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        for _ in range(self.depth):
+            left = self.tree[2 * nodes]
+            go_right = (values >= left) & (self.tree[2 * nodes + 1] > 0)  # rounding can overshoot a subtree's sum
+            values = np.where(go_right, values - left, values)
+            nodes = 2 * nodes + go_right
+        return nodes - self.size
+
+    def sample(self, batch_size: int):
+        """Stratified: one uniform draw in each of batch_size equal slices of the total (numpy's global RNG)."""
+        values = (np.arange(batch_size) + np.random.random(batch_size)) * (self.total() / batch_size)
+        return self.find(values)
+
+
+def n_step_returns(rewards, terminated, ended, gamma):
+    """[B, n] windows from the sampled step -> (n-step return, bootstrap discount gamma^k or 0 after a terminal, k).
+
+    The sum stops at the first episode end in the window (life loss, game over or time limit); a time-limit end
+    bootstraps from the episode's last observation with gamma^k.
+    """
+    batch, n = rewards.shape
+    returns, discount = np.zeros(batch), np.ones(batch)
+    steps, alive, done = np.zeros(batch, dtype=np.int64), np.ones(batch, dtype=bool), np.zeros(batch, dtype=bool)
+    for j in range(n):
+        returns += np.where(alive, discount * rewards[:, j], 0.0)
+        discount = np.where(alive, discount * gamma, discount)
+        steps += alive
+        done |= alive & terminated[:, j]
+        alive &= ~ended[:, j]
+    return returns, np.where(done, 0.0, discount), steps
+
+
+class ReplayBuffer:
+    """Per-env circular buffer of single 84x84 frames, [T, E] arrays, with a sum tree over its T*E rows."""
+
+    def __init__(self, buffer_size, num_envs, n_step, gamma, alpha, frame_shape=(84, 84)):
+        self.T, self.E, self.n_step, self.gamma, self.alpha = buffer_size // num_envs, num_envs, n_step, gamma, alpha
+        T, E = self.T, self.E
+        self.frames = np.zeros((T, E) + tuple(frame_shape), dtype=np.uint8)  # newest frame of the acted-on observation
+        self.actions = np.zeros((T, E), dtype=np.uint8)
+        self.rewards = np.zeros((T, E), dtype=np.float32)
+        self.terminated = np.zeros((T, E), dtype=bool)  # the step ended in a terminal state (no bootstrap)
+        self.ended = np.zeros((T, E), dtype=bool)  # terminal or time limit: n-step sums stop here
+        self.first = np.zeros((T, E), dtype=bool)  # envpool's frame stack restarts here (a new game)
+        self.valid = np.zeros((T, E), dtype=bool)  # False on envpool's reset steps: no transition starts here
+        self.tree = SumTree(T * E)
+        self.max_priority = 1.0  # new transitions get the largest priority seen so far
+        self.pos, self.rows_written = 0, 0
+        self.new_stream()
+
+    def new_stream(self):
+        """The envs were (re)started from a reset: the next row of every env is the first of a game."""
+        self.fresh, self.prev_end, self.prev_game_end = (np.ones(self.E, bool), np.zeros(self.E, bool),
+                                                         np.zeros(self.E, bool))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminated, self.ended,
+                                      self.first, self.valid, self.tree.tree))
+
+    @property
+    def num_transitions(self) -> int:
+        return min(self.rows_written, self.T) * self.E
+
+    def add(self, frames, actions, rewards, terminated, truncated, game_over):
+        """Write one vectorised step (frames [E, 84, 84] = newest frame of the observation the actions were taken on)."""
+        t, T, E, env = self.pos, self.T, self.E, np.arange(self.E)
+        ended = terminated | truncated
+        self.frames[t], self.actions[t], self.rewards[t] = frames, actions, rewards
+        self.terminated[t], self.ended[t], self.first[t], self.valid[t] = terminated, ended, self.fresh, ~self.prev_end
+        # After the reset step that follows a game end, envpool's stack starts afresh; a life loss keeps it.
+        self.fresh = self.prev_end & self.prev_game_end
+        self.prev_end, self.prev_game_end = ended, game_over | truncated
+        # Row t replaced the oldest data; row t+3 is now among the oldest FRAME_STACK-1 rows, whose stacks would reach
+        # past the write position; row t-n now has its whole n-step window written and becomes sampleable.
+        idx = [t * E + env, (t + FRAME_STACK - 1) % T * E + env]
+        values = [np.zeros(E), np.zeros(E)]
+        if self.rows_written >= self.n_step:
+            r = (t - self.n_step) % T
+            release = env[self.valid[r]]
+            idx.append(r * E + release)
+            values.append(np.full(len(release), self.max_priority ** self.alpha))
+        self.tree.update(np.concatenate(idx), np.concatenate(values))
+        self.pos, self.rows_written = (t + 1) % T, self.rows_written + 1
+
+    def stacks(self, rows, envs):
+        """Rebuild [B, 4, 84, 84] observations: repeat the first frame of a game (as envpool does) or the oldest row."""
+        oldest = self.pos if self.rows_written >= self.T else 0
+        idx = np.empty((len(rows), FRAME_STACK), dtype=np.int64)
+        idx[:, -1] = cur = np.asarray(rows)
+        stop = self.first[cur, envs] | (cur == oldest)
+        for j in range(FRAME_STACK - 2, -1, -1):
+            cur = np.where(stop, cur, (cur - 1) % self.T)
+            idx[:, j] = cur
+            stop |= self.first[cur, envs] | (cur == oldest)
+        return self.frames[idx, np.asarray(envs)[:, None]]
+
+    def transitions(self, idx):
+        """Leaf indices -> states, actions, n-step returns, bootstrap discounts, next states, steps k."""
+        rows, envs = idx // self.E, idx % self.E
+        window = (rows[:, None] + np.arange(self.n_step)) % self.T
+        returns, discounts, steps = n_step_returns(self.rewards[window, envs[:, None]], self.terminated[window, envs[:, None]],
+                                                   self.ended[window, envs[:, None]], self.gamma)
+        return (self.stacks(rows, envs), self.actions[rows, envs].astype(np.int64), returns, discounts,
+                self.stacks((rows + steps) % self.T, envs), steps)
+
+    def sample(self, batch_size, beta):
+        """Proportional prioritised sample; importance weights (N P_i)^-beta normalised by the batch maximum."""
+        idx = self.tree.sample(batch_size)
+        p = self.tree.get(idx)
+        weights = (p / p.min()) ** -beta
+        return (idx, *self.transitions(idx)[:5], weights)
+
+    def update_priorities(self, idx, td_abs, eps=1e-6):
+        priorities = td_abs + eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.update(idx, priorities ** self.alpha)
+
+    def newest_states(self, count):
+        """Up to `count` observations drawn without replacement from the newest 2*count/E rows of every env."""
+        rows_back = min(self.rows_written, self.T - FRAME_STACK, 2 * math.ceil(count / self.E))
+        rows = (self.pos - 1 - np.arange(rows_back)) % self.T
+        rows, envs = [a.ravel() for a in np.meshgrid(rows, np.arange(self.E), indexing="ij")]
+        keep = self.valid[rows, envs]
+        pick = np.random.permutation(int(keep.sum()))[:count]
+        return self.stacks(rows[keep][pick], envs[keep][pick])
+
+    def state_dict(self):
+        arrays = {k: torch.from_numpy(getattr(self, k)) for k in
+                  ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")}
+        return {**arrays, "tree": torch.from_numpy(self.tree.tree), "max_priority": self.max_priority,
+                "pos": self.pos, "rows_written": self.rows_written}
+
+    def load_state_dict(self, state):
+        for k in ("frames", "actions", "rewards", "terminated", "ended", "first", "valid"):
+            setattr(self, k, state[k].numpy())  # adopt the loaded arrays: no second copy of a GB-sized buffer
+        self.tree.tree = state["tree"].numpy()
+        self.max_priority, self.pos, self.rows_written = state["max_priority"], state["pos"], state["rows_written"]
+        # The newest n rows never got their whole n-step window (the envs restart from a reset): drop them.
+        self.valid[(self.pos - 1 - np.arange(self.n_step)) % self.T] = False
+        self.new_stream()
+
+
+# ---------------------------------------------------------------- BTR network and loss
+class NoisyLinear(nn.Module):
+    """Factorised Gaussian noisy linear layer (Fortunato et al. 2018); with noise_on False it uses the mean weights."""
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
+        super().__init__()
+        scale = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-scale, scale))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * scale))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-scale, scale))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * scale))
+        self.register_buffer("eps_in", torch.zeros(in_features))
+        self.register_buffer("eps_out", torch.zeros(out_features))
+        self.noise_on = True
+        self.reset_noise()
+
+    @torch.no_grad()
+    def reset_noise(self):
+        for eps in (self.eps_in, self.eps_out):
+            eps.normal_()
+            eps.copy_(eps.sign() * eps.abs().sqrt())  # f(x) = sgn(x) sqrt(|x|)
+
+    def forward(self, x):
+        if not self.noise_on:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        return F.linear(x, self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in),
+                        self.bias_mu + self.bias_sigma * self.eps_out)
+
+
+def reset_noise(network: nn.Module):
+    for m in network.modules():
+        if isinstance(m, NoisyLinear):
+            m.reset_noise()
+
+
+def set_noise(network: nn.Module, on: bool):
+    for m in network.modules():
+        if isinstance(m, NoisyLinear):
+            m.noise_on = on
+
+
+class ImpalaResidual(nn.Module):
+    """x + conv(relu(conv(relu(x)))), the convs optionally spectrally normalised (BTR)."""
+
+    def __init__(self, channels: int, spectral: bool):
+        super().__init__()
+        norm = nn.utils.parametrizations.spectral_norm if spectral else (lambda m: m)
+        self.conv0 = norm(nn.Conv2d(channels, channels, 3, padding=1))
+        self.conv1 = norm(nn.Conv2d(channels, channels, 3, padding=1))
+
+    def forward(self, x):
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+def impala_cnn(model_size: float, spectral: bool, maxpool_size: int) -> nn.Sequential:
+    """IMPALA CNN (Espeholt et al. 2018) scaled by model_size: 3 x (conv, max-pool, 2 residual blocks)."""
+    layers, c_in = [], FRAME_STACK
+    for c in (16, 32, 32):
+        c = int(c * model_size)
+        layers += [nn.Conv2d(c_in, c, 3, padding=1), nn.MaxPool2d(3, 2, padding=1),
+                   ImpalaResidual(c, spectral), ImpalaResidual(c, spectral)]
+        c_in = c
+    if maxpool_size:
+        layers.append(nn.AdaptiveMaxPool2d(maxpool_size))
+    return nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+
+
+def dqn_cnn() -> nn.Sequential:
+    """The Nature DQN encoder (no LayerNorm), for --no-impala; 84x84x4 -> 64*7*7."""
+    return nn.Sequential(nn.Conv2d(FRAME_STACK, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+
+
+class BTRNetwork(nn.Module):
+    """Encoder -> (IQN cosine embedding of tau) -> dueling streams of noisy layers; returns quantiles [B, N, A]."""
+
+    def __init__(self, num_actions: int, args: Args):
+        super().__init__()
+        self.iqn, self.num_tau = args.iqn, args.num_tau if args.iqn else 1
+        self.encoder = impala_cnn(args.model_size, args.spectral_norm, args.maxpool_size) if args.impala else dqn_cnn()
+        with torch.no_grad():
+            features = self.encoder(torch.zeros(1, FRAME_STACK, 84, 84)).shape[1]
+        if self.iqn:
+            self.register_buffer("cos_freqs", math.pi * torch.arange(args.num_cosines, dtype=torch.float32))
+            self.cos_embedding = nn.Linear(args.num_cosines, features)
+
+        def stream(out):
+            linear = (lambda i, o: NoisyLinear(i, o, args.noisy_sigma0)) if args.noisy else nn.Linear
+            return nn.Sequential(linear(features, args.hidden_size),
+                                 nn.LayerNorm(args.hidden_size) if args.layer_norm else nn.Identity(), nn.ReLU(),
+                                 linear(args.hidden_size, out))
+
+        self.advantage = stream(num_actions)
+        self.value = stream(1) if args.dueling else None
+
+    def sample_taus(self, batch: int, device) -> torch.Tensor:
+        return torch.rand(batch, self.num_tau, device=device)
+
+    def forward(self, x, taus=None):  # x: uint8 [B, 4, 84, 84]; taus: [B, N] quantile fractions
+        h = self.encoder(x.float() / 255.0).unsqueeze(1)  # [B, 1, F]
+        if self.iqn:
+            h = h * F.relu(self.cos_embedding(torch.cos(taus.unsqueeze(2) * self.cos_freqs)))  # [B, N, F]
+        advantage = self.advantage(h)
+        if self.value is None:
+            return advantage
+        return self.value(h) + advantage - advantage.mean(dim=2, keepdim=True)
+
+    def q_values(self, x, taus=None):
+        """Mean over quantiles; random fractions unless given (the acting policy)."""
+        return self(x, self.sample_taus(x.shape[0], x.device) if taus is None else taus).mean(dim=1)
+
+
+class GreedyQ:
+    """Deterministic Q-values: noise off, spectral norm without power iteration, quantile midpoints as fractions,
+    computed in chunks. The greedy policy ABS compares across updates and the evaluation plays."""
+
+    def __init__(self, network: BTRNetwork, chunk: int = 256):
+        self.network, self.chunk = network, chunk
+
+    @torch.no_grad()
+    def __call__(self, x):
+        net, was_training = self.network, self.network.training
+        net.eval()
+        set_noise(net, False)
+        taus = ((torch.arange(net.num_tau, device=x.device) + 0.5) / net.num_tau).expand(min(len(x), self.chunk), -1)
+        q = torch.cat([net(c, taus[: len(c)]).mean(dim=1) for c in x.split(self.chunk)])
+        set_noise(net, True)
+        net.train(was_training)
+        return q
+
+
+def munchausen_iqn_target(next_quantiles, q_online, actions, returns, discounts, alpha, tau, l0):
+    """Munchausen-IQN target quantiles [B, N'] (Vieillard et al. 2020, as in BTR's code).
+
+    next_quantiles: target network at the bootstrap state [B, N', A]; q_online: the online network's mean Q at the
+    sampled state [B, A] (BTR takes the log-policy bonus from the online network, detached); returns: n-step return;
+    discounts: gamma^k, 0 after a terminal. tau * log_softmax(q / tau) = q - max q - tau * logsumexp((q - max q) / tau).
+    """
+    log_pi_next = F.log_softmax(next_quantiles.mean(dim=1) / tau, dim=1)  # [B, A]
+    soft_next = (log_pi_next.exp().unsqueeze(1) * (next_quantiles - tau * log_pi_next.unsqueeze(1))).sum(dim=2)
+    log_pi = F.log_softmax(q_online / tau, dim=1).gather(1, actions.unsqueeze(1)).squeeze(1)
+    bonus = alpha * (tau * log_pi).clamp(min=l0, max=0.0)
+    return (returns + bonus).unsqueeze(1) + discounts.unsqueeze(1) * soft_next
+
+
+def iqn_target(next_quantiles, returns, discounts):
+    """n-step IQN target: the target network's quantiles of its own greedy (quantile-mean) action."""
+    greedy = next_quantiles.mean(dim=1).argmax(dim=1)
+    chosen = next_quantiles.gather(2, greedy[:, None, None].expand(-1, next_quantiles.shape[1], 1)).squeeze(2)
+    return returns.unsqueeze(1) + discounts.unsqueeze(1) * chosen
+
+
+def quantile_huber_loss(quantiles, taus, targets, kappa):
+    """quantiles [B, N] at fractions taus [B, N] (None: plain Huber), targets [B, N'] -> loss [B], mean |TD| [B].
+
+    Pairwise TD errors; |tau - 1{td < 0}| * Huber_kappa(td) / kappa, summed over N and averaged over N'.
+    """
+    td = targets.unsqueeze(1) - quantiles.unsqueeze(2)  # [B, N, N']
+    abs_td = td.abs()
+    huber = torch.where(abs_td <= kappa, 0.5 * td.pow(2), kappa * (abs_td - 0.5 * kappa))
+    weight = (taus.unsqueeze(2) - (td.detach() < 0).float()).abs() if taus is not None else 1.0
+    return (weight * huber / kappa).sum(dim=1).mean(dim=1), abs_td.detach().mean(dim=(1, 2))
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def btr_update(q_network, target_network, optimizer, batch, args, device):
+    """One gradient step on a replay batch; returns mean loss, mean Q of the taken actions and |TD| priorities."""
+    _, states, actions, returns, discounts, next_states, weights = batch
+    states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
+    actions = torch.from_numpy(actions).to(device)
+    returns, discounts, weights = (torch.as_tensor(a, dtype=torch.float32, device=device) for a in (returns, discounts, weights))
+    q_network.train()  # spectral norm: one power iteration per gradient step
+    taus = q_network.sample_taus(len(states), device)
+    quantiles = q_network(states, taus)  # [B, N, A]
+    with torch.no_grad():
+        reset_noise(target_network)
+        next_quantiles = target_network(next_states, target_network.sample_taus(len(states), device))
+        if args.munchausen:
+            targets = munchausen_iqn_target(next_quantiles, quantiles.mean(dim=1), actions, returns, discounts,
+                                            args.munchausen_alpha, args.munchausen_tau, args.munchausen_clip)
+        else:
+            targets = iqn_target(next_quantiles, returns, discounts)
+    chosen = quantiles.gather(2, actions[:, None, None].expand(-1, quantiles.shape[1], 1)).squeeze(2)  # [B, N]
+    per_sample, td_abs = quantile_huber_loss(chosen, taus if args.iqn else None, targets, args.kappa)
+    loss = (weights * per_sample).mean()
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"non-finite loss ({loss.item()})")
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+    optimizer.step()
+    q_network.eval()
+    return loss.item(), chosen.detach().mean().item(), td_abs.cpu().numpy()
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
+
+
+def select_actions(q_values: torch.Tensor, epsilon: float):
+    """Epsilon-greedy on the device; returns actions and max_a Q."""
+    values, greedy = q_values.max(dim=1)
+    explore = torch.rand(q_values.shape[0], device=q_values.device) < epsilon
+    random_actions = torch.randint(0, q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(explore, random_actions, greedy), values
+
+
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+    # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
+                        reward_clip=train, max_episode_steps=max_episode_steps)
+
+
+@torch.no_grad()
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device):
+    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
+    num_envs = min(num_envs, episodes)
+    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[: episodes % num_envs] += 1
+    finished = np.zeros(num_envs, dtype=np.int64)
+    ep_return = np.zeros(num_envs)
+    returns, lengths, capped = [], [], 0
+    obs, _ = envs.reset()
+    while (finished < quota).any():
+        actions, _ = select_actions(q_network(torch.from_numpy(obs).to(device)), epsilon)
+        obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
+        ep_return += reward
+        ended = term | trunc
+        counted = ended & (finished < quota)
+        returns += ep_return[counted].tolist()
+        lengths += info["elapsed_step"][counted].tolist()
+        capped += int((counted & trunc & ~term).sum())
+        finished += ended
+        ep_return[ended] = 0.0
+    envs.close()
+    return returns, lengths, capped
+
+
+def summarize_eval(returns, lengths, capped):
+    r = np.asarray(returns, dtype=np.float64)
+    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
+            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+
+
+def atomic_write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(path, obj):
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_state(device):
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state, device):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    args = tyro.cli(Args, args=argv)
+    checkpoint = None
+    try:
+        if args.resume is not None:
+            if not os.path.isfile(args.resume):
+                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            fields = asdict(args)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            args = Args(**{**fields, **saved})
+        validate_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args, checkpoint
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    if checkpoint is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        args.run_name = checkpoint["run_name"]
+    else:
+        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+
+    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
+    num_actions = envs.action_space.n
+    q_network = BTRNetwork(num_actions, args).to(device).eval()  # train mode only inside btr_update
+    target_network = copy.deepcopy(q_network).requires_grad_(False)
+    snapshot = copy.deepcopy(q_network).requires_grad_(False)  # theta: the weights before the measured span
+    greedy, greedy_snapshot = GreedyQ(q_network), GreedyQ(snapshot)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
+    E = args.num_envs
+    B_min, B_max = (args.batch_size_min, args.batch_size_max) if args.adapt else (args.batch_size, args.batch_size)
+    scheduler = ABSScheduler(B_min, B_max, args.window, args.ema_beta, args.divergence_low,
+                             args.divergence_high, args.schedule)
+    replay = ReplayBuffer(args.buffer_size, E, args.n_step, args.gamma, args.per_alpha if args.per else 0.0)
+
+    global_step, grad_steps, train_seconds = 0, 0, 0.0
+    if checkpoint is not None:
+        q_network.load_state_dict(checkpoint["q_network"])
+        target_network.load_state_dict(checkpoint["target_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        global_step, grad_steps, train_seconds = checkpoint["global_step"], checkpoint["grad_steps"], checkpoint["train_seconds"]
+        set_rng_state(checkpoint["rng"], device)
+        if "replay" in checkpoint:
+            replay.load_state_dict(checkpoint.pop("replay"))
+            note = f"replay buffer restored ({replay.num_transitions} transitions)"
+        else:
+            note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"
+        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset); {note}")
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer.add_scalar("perf/storage_bytes", replay.nbytes, global_step)
+    print(f"run {run_dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "
+          f"({replay.nbytes / (replay.T * E):.0f} bytes each)")
+
+    def batch_size_now() -> int:
+        return round_to_multiple(scheduler.L, args.batch_size_multiple) if args.adapt else args.batch_size
+
+    def per_beta_now() -> float:
+        frac = (global_step - args.learning_starts) / max(args.total_timesteps - args.learning_starts, 1)
+        return args.per_beta + (1.0 - args.per_beta) * min(max(frac, 0.0), 1.0) if args.per else 0.0
+
+    def save_checkpoint():
+        state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
+                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
+                 "grad_steps": grad_steps, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
+                 "run_name": args.run_name}
+        if args.checkpoint_buffer:
+            state["replay"] = replay.state_dict()
+        atomic_torch_save(checkpoint_path, state)
+
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:  # a second signal: stop now
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this step", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    obs, _ = envs.reset()
+    ep_return = np.zeros(E)
+    recent_returns = deque(maxlen=20)
+    finished_returns, finished_lengths, losses, mean_qs = [], [], [], []
+    perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
+    start_time, start_step, last_print, vector_steps = time.time(), global_step, 0.0, 0
+    measuring = args.adapt or args.track_divergence
+    ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)
+    while global_step < args.total_timesteps:
+        t0 = time.perf_counter()
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
+        with torch.no_grad():
+            reset_noise(q_network)
+            action, _ = select_actions(q_network.q_values(torch.from_numpy(obs).to(device)), epsilon)
+        action_np = action.cpu().numpy()
+        t1 = time.perf_counter()
+        next_obs, reward, term, trunc, info = envs.step(action_np)
+        t2 = time.perf_counter()
+        replay.add(obs[:, -1], action_np, reward, term, trunc, info["terminated"].astype(bool))
+        obs = next_obs
+        global_step += E
+        vector_steps += 1
+        # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
+        ep_return += info["reward"]
+        game_over = info["terminated"].astype(bool) | trunc
+        if game_over.any():
+            finished_returns += ep_return[game_over].tolist()
+            finished_lengths += info["elapsed_step"][game_over].tolist()
+            ep_return[game_over] = 0.0
+        perf["inference"] += t1 - t0
+        perf["env"] += t2 - t1
+        perf["replay"] += time.perf_counter() - t2
+
+        if replay.num_transitions >= args.learning_starts and replay.tree.total() > 0:
+            t0 = time.perf_counter()
+            if measuring and ref_states is None and grad_steps % args.adapt_freq == 0:
+                snapshot.load_state_dict(q_network.state_dict())
+                ref_states = torch.from_numpy(replay.newest_states(args.ref_batch_size)).to(device)
+                measure_at = grad_steps + args.divergence_span
+            t1 = time.perf_counter()
+            batch = replay.sample(batch_size_now(), per_beta_now())
+            t2 = time.perf_counter()
+            if grad_steps % args.target_network_frequency == 0:
+                target_network.load_state_dict(q_network.state_dict())
+            try:
+                loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
+            except NonFiniteLoss as e:
+                save_checkpoint()
+                print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
+                      "The weights are those before the failing gradient step; start again with a lower --learning-rate.",
+                      file=sys.stderr)
+                writer.close()
+                sys.exit(3)
+            t3 = time.perf_counter()
+            replay.update_priorities(batch[0], td_abs)
+            grad_steps += 1
+            losses.append(loss)
+            mean_qs.append(mean_q)
+            perf["adapt"] += t1 - t0
+            perf["replay"] += t2 - t1 + time.perf_counter() - t3
+            perf["update"] += t3 - t2
+
+            if ref_states is not None and grad_steps == measure_at:
+                t0 = time.perf_counter()
+                delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
+                if args.adapt:
+                    scheduler.update(delta)
+                else:
+                    scheduler.history.append(delta)
+                ref_states = None
+                perf["adapt"] += time.perf_counter() - t0
+                writer.add_scalar("adapt/divergence", delta, global_step)
+                writer.add_scalar("adapt/divergence_mean", scheduler.delta_bar, global_step)
+                writer.add_scalar("adapt/batch_size", batch_size_now(), global_step)
+
+        now = time.time()
+        train_seconds_now = train_seconds + now - start_time
+        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
+        if vector_steps % args.scalar_every == 0 or global_step >= args.total_timesteps:
+            if finished_returns:
+                recent_returns.extend(finished_returns)
+                writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
+                writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("charts/per_beta", per_beta_now(), global_step)
+            if losses:
+                writer.add_scalar("losses/td_loss", np.mean(losses), global_step)
+                writer.add_scalar("losses/q_values", np.mean(mean_qs), global_step)
+            for phase, seconds in perf.items():
+                writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
+            finished_returns, finished_lengths, losses, mean_qs = [], [], [], []
+        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
+            last_print = now
+            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
+            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | batch {batch_size_now()} "
+                  f"| delta_bar {scheduler.delta_bar:.3f} | grad steps {grad_steps} | buffer {replay.num_transitions} "
+                  f"| eps {epsilon:.3f} | return {ret} | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+
+        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - E) // args.checkpoint_every
+        if crossed or stop_signal or global_step >= args.total_timesteps:
+            train_seconds, start_time, start_step = train_seconds_now, now, global_step
+            save_checkpoint()
+        if stop_signal:
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            writer.close()
+            sys.exit(128 + stop_signal[0])
+    envs.close()
+    train_seconds += time.time() - start_time
+    if device.type == "cuda":
+        writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+
+    # Training is checkpointed; a signal during evaluation simply ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.save_model:
+        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
+    returns, lengths, capped = ([], [], 0)
+    if args.eval_episodes:
+        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
+        returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
+                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device)
+    summary = summarize_eval(returns, lengths, capped)
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({capped} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        wandb.finish()

@@ -1,0 +1,341 @@
+"""Tests of abs_btr.py: replay (sum tree, frame stacks, n-step), BTR targets and layers, the batch schedule, and
+end-to-end runs of the script on a real envpool game with tiny settings (CPU, a few hundred env steps)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import envpool
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import abs_btr  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "abs_btr.py")
+
+
+# ---------------------------------------------------------------- sum tree
+def test_sum_tree_sampling_frequencies_match_priorities():
+    np.random.seed(0)
+    tree = abs_btr.SumTree(1000)  # not a power of two
+    priorities = np.random.gamma(0.5, size=1000)
+    priorities[np.random.rand(1000) < 0.2] = 0.0
+    tree.update(np.arange(1000), priorities)
+    counts = np.zeros(1000)
+    for _ in range(100):
+        np.add.at(counts, tree.sample(2000), 1)
+    assert counts[priorities == 0].sum() == 0
+    p = priorities / priorities.sum()
+    n = counts.sum()
+    sigma = np.sqrt(n * p * (1 - p)) + 1.0
+    assert np.all(np.abs(counts - n * p) < 5 * sigma)
+    assert np.abs(counts - n * p).sum() / n < 0.03  # total variation distance
+
+
+def test_sum_tree_updates_keep_the_total_right():
+    rng = np.random.default_rng(1)
+    tree = abs_btr.SumTree(777)
+    leaves = np.zeros(777)
+    for _ in range(200):
+        idx = rng.integers(0, 777, size=rng.integers(1, 64))  # with repeats: the last value wins
+        values = rng.random(len(idx)) * rng.choice([0.0, 1.0, 100.0])
+        tree.update(idx, values)
+        leaves[idx] = values
+    assert math.isclose(tree.total(), leaves.sum(), rel_tol=1e-9)
+    np.testing.assert_array_equal(tree.get(np.arange(777)), leaves)
+    internal = np.arange(1, tree.size)
+    np.testing.assert_allclose(tree.tree[internal], tree.tree[2 * internal] + tree.tree[2 * internal + 1])
+    # values at or past the total (rounding) still land on a non-zero leaf
+    assert leaves[tree.find(np.array([tree.total(), tree.total() * (1 + 1e-12), 0.0]))].min() > 0
+
+
+# ---------------------------------------------------------------- n-step returns
+def test_n_step_returns_match_a_plain_loop():
+    rng = np.random.default_rng(2)
+    for n in (1, 3, 5):
+        rewards = rng.normal(size=(300, n)).astype(np.float32)
+        ended = rng.random((300, n)) < 0.25
+        terminated = ended & (rng.random((300, n)) < 0.6)
+        returns, discounts, steps = abs_btr.n_step_returns(rewards, terminated, ended, 0.9)
+        for b in range(300):
+            g, k, done = 0.0, 0, False
+            for j in range(n):
+                g += 0.9**j * float(rewards[b, j])
+                k += 1
+                if ended[b, j]:
+                    done = bool(terminated[b, j])
+                    break
+            assert math.isclose(returns[b], g, rel_tol=1e-6, abs_tol=1e-6)
+            assert steps[b] == k
+            assert math.isclose(discounts[b], 0.0 if done else 0.9**k, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------- frame stacks from the real environment
+def test_stacks_rebuild_envpool_observations_across_episode_ends_and_wrap_around():
+    """Drive Breakout (life loss, game over, a short time limit) into a tiny buffer that wraps many times; every
+    sampleable transition's state, next state, n-step return and discount must match what envpool produced."""
+    E, T, n, gamma = 2, 24, 3, 0.9
+    envs = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=E, seed=7, episodic_life=True,
+                        reward_clip=True, max_episode_steps=40)
+    replay = abs_btr.ReplayBuffer(E * T, E, n, gamma, alpha=0.2)
+    history = [[] for _ in range(E)]  # per env, per step: (acted-on observation, reward, terminated, ended)
+    where = np.zeros((T, E), dtype=np.int64)  # row -> index into history
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset()
+    checked, crossing_life, game_starts = 0, 0, 0
+    for step in range(400):
+        actions = rng.integers(0, envs.action_space.n, E)
+        next_obs, reward, term, trunc, info = envs.step(actions)
+        for e in range(E):
+            where[replay.pos, e] = len(history[e])
+            history[e].append((obs[e], float(reward[e]), bool(term[e]), bool(term[e] | trunc[e])))
+        replay.add(obs[:, -1], actions, reward, term, trunc, info["terminated"].astype(bool))
+        obs = next_obs
+        idx = np.flatnonzero(replay.tree.get(np.arange(T * E)) > 0)
+        if step < 5 or not len(idx):
+            continue
+        states, acts, returns, discounts, next_states, steps = replay.transitions(idx)
+        for i, leaf in enumerate(idx):
+            row, e = divmod(int(leaf), E)
+            h = where[row, e]
+            np.testing.assert_array_equal(states[i], history[e][h][0])
+            g, k, done = 0.0, 0, False
+            for j in range(n):
+                _, r, te, end = history[e][h + j]
+                g += gamma**j * r
+                k += 1
+                if end:
+                    done = te
+                    break
+            np.testing.assert_array_equal(next_states[i], history[e][h + k][0])
+            assert math.isclose(returns[i], g, abs_tol=1e-6) and steps[i] == k
+            assert math.isclose(discounts[i], 0.0 if done else gamma**k)
+            # the stack reaches into a previous life / starts with a repeated first frame of a game
+            crossing_life += any(history[e][h - j][2] for j in range(1, 4) if h - j >= 0)
+            game_starts += bool((states[i][0] == states[i][3]).all() and h >= 2 and history[e][h - 2][3])
+            checked += 1
+        # never sampleable: envpool's reset steps and the oldest rows, whose stacks would reach past the write position
+        rows = idx // E
+        assert replay.valid[rows, idx % E].all()
+        if replay.rows_written >= T:
+            assert not np.isin((rows - replay.pos) % T, np.arange(abs_btr.FRAME_STACK - 1)).any()
+    envs.close()
+    assert replay.rows_written > 10 * T and checked > 1000
+    assert crossing_life > 0 and game_starts > 0
+
+
+# ---------------------------------------------------------------- Munchausen-IQN target and loss
+def test_munchausen_iqn_target_matches_a_loop():
+    torch.manual_seed(0)
+    B, N, A, alpha, tau, l0 = 5, 4, 3, 0.9, 0.03, -1.0
+    next_q = torch.randn(B, N, A, dtype=torch.float64)
+    # small and large action gaps: some scaled log-policies lie inside [l0, 0], some are clipped at l0
+    q_online = torch.randn(B, A, dtype=torch.float64) * torch.tensor([0.02, 3.0, 0.02, 3.0, 3.0], dtype=torch.float64)[:, None]
+    actions = torch.tensor([0, 1, 2, 1, 0])
+    returns = torch.randn(B, dtype=torch.float64)
+    discounts = torch.tensor([0.99, 0.0, 0.97, 0.99, 0.5], dtype=torch.float64)
+    got = abs_btr.munchausen_iqn_target(next_q, q_online, actions, returns, discounts, alpha, tau, l0)
+    clipped = 0
+    for b in range(B):
+        mean_next = [sum(next_q[b, j, a].item() for j in range(N)) / N for a in range(A)]
+        m = max(mean_next)
+        z = sum(math.exp((q - m) / tau) for q in mean_next)
+        pi = [math.exp((q - m) / tau) / z for q in mean_next]
+        tau_log_pi = [q - m - tau * math.log(z) for q in mean_next]
+        qs = q_online[b].tolist()
+        m_s = max(qs)
+        tau_log_pi_s = qs[actions[b]] - m_s - tau * math.log(sum(math.exp((q - m_s) / tau) for q in qs))
+        clipped += tau_log_pi_s < l0
+        bonus = alpha * min(max(tau_log_pi_s, l0), 0.0)
+        for j in range(N):
+            soft = sum(pi[a] * (next_q[b, j, a].item() - tau_log_pi[a]) for a in range(A))
+            want = returns[b].item() + bonus + discounts[b].item() * soft
+            assert math.isclose(got[b, j].item(), want, rel_tol=1e-9, abs_tol=1e-9)
+    assert 0 < clipped < B
+
+
+def test_quantile_huber_loss_matches_a_loop():
+    torch.manual_seed(1)
+    B, N, M, kappa = 3, 4, 5, 1.0
+    q, taus, target = torch.randn(B, N) * 2, torch.rand(B, N), torch.randn(B, M) * 2
+    loss, td_abs = abs_btr.quantile_huber_loss(q, taus, target, kappa)
+    for b in range(B):
+        total, abs_sum = 0.0, 0.0
+        for i in range(N):
+            for j in range(M):
+                d = (target[b, j] - q[b, i]).item()
+                h = 0.5 * d * d if abs(d) <= kappa else kappa * (abs(d) - 0.5 * kappa)
+                total += abs(taus[b, i].item() - (d < 0)) * h / kappa / M
+                abs_sum += abs(d) / (N * M)
+        assert math.isclose(loss[b].item(), total, rel_tol=1e-5) and math.isclose(td_abs[b].item(), abs_sum, rel_tol=1e-5)
+
+
+# ---------------------------------------------------------------- network: noisy layers, greedy Q
+def tiny_args(**kw):
+    return abs_btr.Args(**{"model_size": 0.25, "hidden_size": 16, "num_tau": 4, "num_cosines": 8, **kw})
+
+
+def test_noisy_layers_noise_off_is_deterministic_and_resampling_changes_outputs():
+    torch.manual_seed(0)
+    layer = abs_btr.NoisyLinear(6, 3)
+    x = torch.randn(5, 6)
+    y1 = layer(x)
+    layer.reset_noise()
+    assert not torch.allclose(y1, layer(x))  # resampling changes outputs
+    abs_btr.set_noise(layer, False)
+    y_off = layer(x)
+    layer.reset_noise()
+    torch.testing.assert_close(y_off, layer(x))  # noise off: independent of the noise sample
+    torch.testing.assert_close(y_off, torch.nn.functional.linear(x, layer.weight_mu, layer.bias_mu))
+
+    net = abs_btr.BTRNetwork(4, tiny_args()).eval()
+    states = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    greedy = abs_btr.GreedyQ(net, chunk=4)  # chunks must not change anything
+    q1 = greedy(states)
+    abs_btr.reset_noise(net)
+    net.train()
+    torch.testing.assert_close(greedy(states), q1, rtol=0, atol=0)  # noise off, fixed quantile fractions
+    assert net.training and all(m.noise_on for m in net.modules() if isinstance(m, abs_btr.NoisyLinear))
+    taus = torch.full((6, 4), 0.5)
+    with torch.no_grad():
+        a = net.eval()(states, taus)
+        abs_btr.reset_noise(net)
+        b = net(states, taus)
+    assert not torch.allclose(a, b)  # noise on: resampling changes the quantiles
+    other = abs_btr.BTRNetwork(4, tiny_args())
+    assert abs_btr.behavioral_divergence(greedy, greedy, states) == 0.0
+    assert 0.0 < abs_btr.behavioral_divergence(greedy, abs_btr.GreedyQ(other), states) <= 1.0
+
+
+@pytest.mark.parametrize("flags", [{}, {"impala": False, "dueling": False, "noisy": False, "iqn": False,
+                                        "layer_norm": False, "maxpool_size": 0, "spectral_norm": False}])
+def test_btr_network_shapes_and_ablations(flags):
+    net = abs_btr.BTRNetwork(5, tiny_args(**flags))
+    out = net(torch.zeros(3, 4, 84, 84, dtype=torch.uint8), net.sample_taus(3, "cpu"))
+    assert out.shape == (3, 4 if flags.get("iqn", True) else 1, 5)
+    assert net.q_values(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 5)
+
+
+# ---------------------------------------------------------------- the batch-size schedule
+def test_batch_schedule_range_rounding_burn_in_and_ema():
+    assert [abs_btr.round_to_multiple(x, 32) for x in (128.0, 143.9, 144.0, 160.0, 511.9)] == [128, 128, 160, 160, 512]
+    s = abs_btr.ABSScheduler(128, 512, window=3, beta=0.1, delta_min=0.05, delta_max=0.95)
+    for _ in range(2):  # burn-in: fewer than W measurements keep B_min
+        s.update(0.01)
+        assert s.L == 128.0
+    s.update(0.01)  # a low divergence targets B_max
+    assert math.isclose(s.L, 128 + 0.1 * (512 - 128)) and abs_btr.round_to_multiple(s.L, 32) == 160
+    L = s.L
+    for _ in range(200):
+        s.update(0.01)
+        L = 0.9 * L + 0.1 * 512
+        assert math.isclose(s.L, L)
+        b = abs_btr.round_to_multiple(s.L, 32)
+        assert b % 32 == 0 and 128 <= b <= 512
+    assert abs_btr.round_to_multiple(s.L, 32) == 512  # the float state reaches the top (no int() truncation)
+    s.update(0.95)  # window mean (0.01 + 0.01 + 0.95) / 3
+    target = abs_btr.divergence_to_length(0.97 / 3, 128, 512, 0.05, 0.95)
+    assert math.isclose(s.L, 0.9 * L + 0.1 * target)
+    for _ in range(200):
+        s.update(1.0)
+    assert abs_btr.round_to_multiple(s.L, 32) == 128
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--batch-size-min", "100"], "--batch-size-min"),
+    (["--buffer-size", "1000", "--num-envs", "64"], "--buffer-size"),
+    (["--divergence-span", "9", "--adapt-freq", "8"], "--divergence-span"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"),
+])
+def test_validation_names_the_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        abs_btr.parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0]
+
+
+# ---------------------------------------------------------------- end-to-end runs (subprocesses)
+# Run-control flags are not taken from a checkpoint: a resume passes them again.
+CONTROL = ["--eval-episodes", "1", "--eval-num-envs", "1", "--eval-max-episode-steps", "50", "--no-cuda",
+           "--scalar-every", "5", "--log-every-seconds", "0", "--checkpoint-every", "0"]
+TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "400",
+        "--hidden-size", "16", "--num-cosines", "16", "--batch-size-min", "32", "--batch-size-max", "64",
+        "--ref-batch-size", "64", "--adapt-freq", "2", "--divergence-span", "1", "--window", "2", "--ema-beta", "0.5",
+        "--target-network-frequency", "10", "--exploration-steps", "400", *CONTROL]
+
+
+def run(argv, cwd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, SCRIPT, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_abs_run_then_resume_with_buffer(tmp_path):
+    p = run([*TINY, "--no-impala", "--total-timesteps", "720", "--checkpoint-buffer", "--output-dir", "runs",
+             "--run-name", "abs"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "abs"
+    result = json.loads((run_dir / "eval_results.json").read_text())
+    assert result["algo"] == "abs_btr" and result["env_id"] == "Breakout-v5" and result["global_step"] == 720
+    assert result["eval"]["episodes"] == 1 and len(result["eval"]["returns"]) == 1 and result["args"]["adapt"] is True
+    assert {"mean", "std", "median", "min", "max", "capped"} <= set(result["eval"]) and result["train_seconds"] > 0
+    tags = scalars(run_dir)
+    for tag in ("adapt/divergence", "adapt/divergence_mean", "adapt/batch_size", "losses/td_loss", "losses/q_values",
+                "charts/SPS", "charts/epsilon", "charts/per_beta", "perf/env_seconds", "perf/inference_seconds",
+                "perf/update_seconds", "perf/adapt_seconds"):
+        assert tag in tags, tag
+    batches = [v for _, v in tags["adapt/batch_size"]]
+    assert len(batches) >= 10 and len(set(batches)) > 1  # the batch moved
+    assert all(32 <= b <= 64 and b % 32 == 0 for b in batches)
+    assert all(0.0 <= v <= 1.0 for _, v in tags["adapt/divergence"])
+    assert min(s for s, _ in tags["losses/td_loss"]) >= 400  # no learning before --learning-starts
+    beta = [v for _, v in tags["charts/per_beta"]]
+    assert beta[0] == pytest.approx(0.45) and beta == sorted(beta) and beta[-1] <= 1.0
+
+    # Resume with the buffer in the checkpoint: learning continues at once.
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "880", *CONTROL], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "replay buffer restored" in p.stdout
+    tags = scalars(run_dir)
+    after = [s for s, _ in tags["losses/td_loss"] if s > 720]
+    assert after and min(after) <= 720 + 5 * 8
+    assert json.loads((run_dir / "eval_results.json").read_text())["global_step"] == 880
+    assert "replay" in torch.load(run_dir / "checkpoint.pt", weights_only=False)  # --checkpoint-buffer is kept
+
+
+def test_no_adapt_impala_run_then_resume_without_buffer_refills(tmp_path):
+    p = run([*TINY, "--no-adapt", "--batch-size", "32", "--model-size", "0.125", "--total-timesteps", "560",
+             "--output-dir", "runs", "--run-name", "fixed"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "fixed"
+    result = json.loads((run_dir / "eval_results.json").read_text())
+    assert result["args"]["adapt"] is False and result["args"]["batch_size"] == 32
+    tags = scalars(run_dir)
+    assert not [t for t in tags if t.startswith("adapt/")] and "losses/td_loss" in tags
+
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "1040", *CONTROL], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "refilling 400 transitions" in p.stdout
+    after = [s for s, _ in scalars(run_dir)["losses/td_loss"] if s > 560]
+    assert after and min(after) >= 560 + 400  # nothing learned until the buffer holds --learning-starts again
+
+
+def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
+    p = run([*TINY, "--batch-size-max", "70", "--output-dir", "runs", "--run-name", "bad"], tmp_path)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--batch-size-max" in lines[0]
+    assert not (tmp_path / "runs").exists()
