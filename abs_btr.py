@@ -173,8 +173,8 @@ class Args:
     """greedy evaluation episodes after training (no life loss, no reward clipping)"""
     eval_epsilon: float = 0.0
     """epsilon of the evaluation policy"""
-    eval_num_envs: int = 8
-    """parallel environments for the evaluation"""
+    eval_num_envs: int = 20
+    """parallel environments for the evaluation (each plays an equal share of the episodes)"""
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
@@ -671,11 +671,11 @@ def btr_update(q_network, target_network, optimizer, batch, args, device):
     chosen = quantiles.gather(2, actions[:, None, None].expand(-1, quantiles.shape[1], 1)).squeeze(2)  # [B, N]
     per_sample, td_abs = quantile_huber_loss(chosen, taus if args.iqn else None, targets, args.kappa)
     loss = (weights * per_sample).mean()
-    if not torch.isfinite(loss):
-        raise NonFiniteLoss(f"non-finite loss ({loss.item()})")
     optimizer.zero_grad()
     loss.backward()
-    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+    grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+    if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
+        raise NonFiniteLoss(f"non-finite loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
     optimizer.step()
     q_network.eval()
     return loss.item(), chosen.detach().mean().item(), td_abs.cpu().numpy()
@@ -727,9 +727,10 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
 
 def summarize_eval(returns, lengths, capped):
     r = np.asarray(returns, dtype=np.float64)
-    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
+             else dict.fromkeys(("mean", "std", "median", "min", "max")))
     return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
 def atomic_write_json(path, obj):
@@ -768,9 +769,16 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
         if args.resume is not None:
             if not os.path.isfile(args.resume):
                 raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-            fields = asdict(args)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            try:
+                checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+                fields, defaults = asdict(args), asdict(Args())
+                saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            except Exception as e:
+                raise ValueError(f"--resume: {args.resume!r} is not a checkpoint of this script ({type(e).__name__})")
+            ignored = [f"--{k.replace('_', '-')} {fields[k]} (checkpoint: {v})" for k, v in saved.items()
+                       if fields[k] != defaults[k] and fields[k] != v]
+            if ignored:
+                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}", file=sys.stderr)
             args = Args(**{**fields, **saved})
         validate_args(args)
     except ValueError as e:
@@ -844,14 +852,14 @@ if __name__ == "__main__":
         frac = (global_step - args.learning_starts) / max(args.total_timesteps - args.learning_starts, 1)
         return args.per_beta + (1.0 - args.per_beta) * min(max(frac, 0.0), 1.0) if args.per else 0.0
 
-    def save_checkpoint():
+    def save_checkpoint(path=checkpoint_path):
         state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
                  "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
                  "grad_steps": grad_steps, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
                  "run_name": args.run_name}
         if args.checkpoint_buffer:
             state["replay"] = replay.state_dict()
-        atomic_torch_save(checkpoint_path, state)
+        atomic_torch_save(path, state)
 
     stop_signal = []
 
@@ -911,10 +919,10 @@ if __name__ == "__main__":
             try:
                 loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
             except NonFiniteLoss as e:
-                save_checkpoint()
-                print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
-                      "The weights are those before the failing gradient step; start again with a lower --learning-rate.",
-                      file=sys.stderr)
+                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
+                save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
+                print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
+                      "Start again with a lower --learning-rate.", file=sys.stderr)
                 writer.close()
                 sys.exit(3)
             t3 = time.perf_counter()
@@ -962,13 +970,14 @@ if __name__ == "__main__":
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
             print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | batch {batch_size_now()} "
                   f"| delta_bar {scheduler.delta_bar:.3f} | grad steps {grad_steps} | buffer {replay.num_transitions} "
-                  f"| eps {epsilon:.3f} | return {ret} | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+                  f"| eps {epsilon:.3f} | return {ret} | ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
         crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - E) // args.checkpoint_every
-        if crossed or stop_signal or global_step >= args.total_timesteps:
+        stop = bool(stop_signal)
+        if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
-        if stop_signal:
+        if stop:
             print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])

@@ -327,11 +327,11 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
                 v_loss = 0.5 * ((newvalue - b_returns[idx]) ** 2).mean()
             entropy_loss = entropy.mean()
             loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"non-finite PPO loss ({loss.item()})")
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
+                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
             optimizer.step()
     # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
     return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
@@ -421,9 +421,10 @@ def evaluate(agent, env_id, episodes, obs_rms, seed, device):
 
 def summarize_eval(returns, lengths, capped):
     r = np.asarray(returns, dtype=np.float64)
-    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
+             else dict.fromkeys(("mean", "std", "median", "min", "max")))
     return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
 def atomic_write_json(path, obj):
@@ -462,9 +463,16 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
         if args.resume is not None:
             if not os.path.isfile(args.resume):
                 raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-            fields = asdict(args)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            try:
+                checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+                fields, defaults = asdict(args), asdict(Args())
+                saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            except Exception as e:
+                raise ValueError(f"--resume: {args.resume!r} is not a checkpoint of this script ({type(e).__name__})")
+            ignored = [f"--{k.replace('_', '-')} {fields[k]} (checkpoint: {v})" for k, v in saved.items()
+                       if fields[k] != defaults[k] and fields[k] != v]
+            if ignored:
+                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}", file=sys.stderr)
             args = Args(**{**fields, **saved})
         validate_args(args)
     except ValueError as e:
@@ -535,8 +543,8 @@ if __name__ == "__main__":
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
-    def save_checkpoint():
-        atomic_torch_save(checkpoint_path, {
+    def save_checkpoint(path=checkpoint_path):
+        atomic_torch_save(path, {
             "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "normalization": normalization_state(envs), "global_step": global_step,
             "iteration": iteration, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
@@ -600,10 +608,10 @@ if __name__ == "__main__":
             stats = ppo_update(agent, optimizer, b_obs, actions_buf[:L].reshape(L * E, act_dim), logprobs_buf[:L].reshape(-1),
                                advantages.reshape(-1), b_returns, b_values, epochs, args)
         except NonFiniteLoss as e:
-            save_checkpoint()
-            print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
-                  "The weights are those before the failing minibatch step; start again with a lower --learning-rate.",
-                  file=sys.stderr)
+            failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
+            save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
+            print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
+                  "Start again with a lower --learning-rate.", file=sys.stderr)
             writer.close()
             sys.exit(3)
         var_y = b_returns.var(unbiased=False).item()
@@ -648,13 +656,14 @@ if __name__ == "__main__":
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
             print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
                   f"| kl_bar {scheduler.delta_bar:.4f} | epochs {epochs} | return {ret} "
-                  f"| ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
         crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
-        if crossed or stop_signal or global_step >= args.total_timesteps:
+        stop = bool(stop_signal)
+        if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
-        if stop_signal:
+        if stop:
             print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])

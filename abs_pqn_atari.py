@@ -114,8 +114,8 @@ class Args:
     """greedy evaluation episodes after training (no life loss, no reward clipping)"""
     eval_epsilon: float = 0.0
     """epsilon of the evaluation policy"""
-    eval_num_envs: int = 8
-    """parallel environments for the evaluation"""
+    eval_num_envs: int = 20
+    """parallel environments for the evaluation (each plays an equal share of the episodes)"""
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
@@ -285,6 +285,10 @@ class QNetwork(nn.Module):
         self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
         self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
         self.head = nn.Linear(hidden, num_actions)
+        for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
 
     def forward(self, x):  # x: uint8 [N, 4, 84, 84]
         h = p = self.projection(self.encoder(x.float() / 255.0))
@@ -326,11 +330,11 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
             q = q_network(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
             w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
             loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"non-finite TD loss ({loss.item()})")
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
+                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
             optimizer.step()
             losses.append(loss.detach())
             qs.append(q.detach().mean())
@@ -371,9 +375,10 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
 
 def summarize_eval(returns, lengths, capped):
     r = np.asarray(returns, dtype=np.float64)
-    stats = {"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r) else {}
+    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
+             else dict.fromkeys(("mean", "std", "median", "min", "max")))
     return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: float(v) for k, v in stats.items()}, "capped": int(capped)}
+            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
 def atomic_write_json(path, obj):
@@ -412,9 +417,16 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
         if args.resume is not None:
             if not os.path.isfile(args.resume):
                 raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-            fields = asdict(args)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            try:
+                checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+                fields, defaults = asdict(args), asdict(Args())
+                saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
+            except Exception as e:
+                raise ValueError(f"--resume: {args.resume!r} is not a checkpoint of this script ({type(e).__name__})")
+            ignored = [f"--{k.replace('_', '-')} {fields[k]} (checkpoint: {v})" for k, v in saved.items()
+                       if fields[k] != defaults[k] and fields[k] != v]
+            if ignored:
+                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}", file=sys.stderr)
             args = Args(**{**fields, **saved})
         validate_args(args)
     except ValueError as e:
@@ -476,8 +488,8 @@ if __name__ == "__main__":
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
-    def save_checkpoint():
-        atomic_torch_save(checkpoint_path, {
+    def save_checkpoint(path=checkpoint_path):
+        atomic_torch_save(path, {
             "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
             "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name})
@@ -546,10 +558,10 @@ if __name__ == "__main__":
             td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
                                          valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm)
         except NonFiniteLoss as e:
-            save_checkpoint()
-            print(f"error: {e} at global_step {global_step}; checkpoint saved to {checkpoint_path}. "
-                  "The weights are those before the failing minibatch step; start again with a lower --learning-rate.",
-                  file=sys.stderr)
+            failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
+            save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
+            print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
+                  "Start again with a lower --learning-rate.", file=sys.stderr)
             writer.close()
             sys.exit(3)
         perf["update"] += time.perf_counter() - t0
@@ -590,13 +602,14 @@ if __name__ == "__main__":
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
             print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
                   f"| delta_bar {scheduler.delta_bar:.3f} | eps {epsilon:.3f} | return {ret} "
-                  f"| ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}", flush=True)
+                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
         crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
-        if crossed or stop_signal or global_step >= args.total_timesteps:
+        stop = bool(stop_signal)
+        if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
-        if stop_signal:
+        if stop:
             print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])

@@ -383,6 +383,20 @@ def test_sigterm_checkpoints_and_resume_finishes(tmp_path):
 def test_non_finite_loss_stops_with_checkpoint(tmp_path):
     p = run([*TINY, "--total-timesteps", "20000", "--run-name", "nan", "--learning-rate", "1e30"], tmp_path)
     assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
-    assert "non-finite TD loss" in p.stderr and "checkpoint saved" in p.stderr
-    assert (tmp_path / "nan" / "checkpoint.pt").exists()
+    assert "non-finite TD loss or gradient" in p.stderr and "checkpoint_nonfinite.pt" in p.stderr
+    failed = torch.load(tmp_path / "nan" / "checkpoint_nonfinite.pt", weights_only=False)
+    # The saved weights are those before the failing step: the failure was caught before it was applied.
+    assert all(torch.isfinite(v).all() for v in failed["q_network"].values())
     assert not (tmp_path / "nan" / "eval_results.json").exists()
+
+
+def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path):
+    p = run([*TINY, "--total-timesteps", "64", "--run-name", "w", "--eval-episodes", "0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ckpt = str(tmp_path / "w" / "checkpoint.pt")
+    args, checkpoint = pqn.parse_args(["--resume", ckpt, "--learning-rate", "1e-4", "--total-timesteps", "128"])
+    assert args.learning_rate == 2.5e-4 and args.total_timesteps == 128 and args.num_envs == 8
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    p = run(["--resume", str(bad)], tmp_path)
+    assert p.returncode == 2 and p.stderr.strip().startswith("error: --resume") and len(p.stderr.strip().splitlines()) == 1

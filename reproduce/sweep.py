@@ -1,0 +1,501 @@
+#!/usr/bin/env python
+"""Run the paper's experiment grids, on this machine or on a Slurm cluster (issue 7).
+
+    python reproduce/sweep.py run atari10-batches [--games Pong] [--seeds 1] [--scale 0.001]
+                                  [--workers N] [--slurm --partition P ...] [--dry-run]
+    python reproduce/sweep.py status atari10-batches
+    python reproduce/sweep.py report atari10-batches [--out DIR]
+
+The experiments are data: reproduce/experiments.toml (and --config FILE for your own). Every run
+has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --output-dir and
+--run-name) and the log <root>/<experiment>/<label>/logs/<game>__<seed>.log, to which every
+attempt appends its output between a "[sweep] ... start: <command>" and a "[sweep] ... exit N"
+line. A run whose eval_results.json exists is skipped; one with a checkpoint.pt is resumed.
+Locally, runs go to a thread pool of --workers that each run one script as a subprocess; with
+--slurm, submitit submits them as a job array: a job gets submitit's signal slurm_signal_delay_s
+seconds before its time limit, stops its script with SIGTERM (the script checkpoints and exits
+143) and is requeued by submitit, and the requeued job resumes from the checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import datetime
+import os
+import queue
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUILTIN_CONFIG = Path(__file__).resolve().parent / "experiments.toml"
+RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"
+EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
+                   "env_suffix", "benchmark", "flags", "labels"}
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
+INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
+
+
+class SweepError(Exception):
+    """Bad experiment definition or command line: printed as one line, exit code 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    experiment: str
+    label: str
+    script: str
+    env_id: str
+    seed: int
+    total_timesteps: int
+    checkpoint_every: int
+    flags: tuple[str, ...]
+    label_dir: Path  # the scripts' --output-dir
+
+    @property
+    def name(self) -> str:
+        return f"{self.env_id}__{self.seed}"
+
+    @property
+    def dir(self) -> Path:
+        return self.label_dir / self.name
+
+    @property
+    def log(self) -> Path:
+        return self.label_dir / "logs" / f"{self.name}.log"
+
+    def done(self) -> bool:
+        return (self.dir / RESULT).exists()
+
+    def command(self) -> list[str]:
+        """The command line, starting with "python"; it runs from the repository root."""
+        cmd = ["python", self.script, "--env-id", self.env_id, "--seed", str(self.seed),
+               "--total-timesteps", str(self.total_timesteps), "--output-dir", str(self.label_dir),
+               "--run-name", self.name, "--checkpoint-every", str(self.checkpoint_every), *self.flags]
+        if (self.dir / CHECKPOINT).exists():
+            cmd += ["--resume", str(self.dir / CHECKPOINT)]
+        return cmd
+
+
+# ----------------------------------------------------------------------------- experiments
+def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
+    """(game lists, experiments) of the built-in file, updated by the user's --config file."""
+    files = [BUILTIN_CONFIG] + ([Path(extra)] if extra else [])
+    games, experiments = {}, {}
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SweepError(f"--config {path}: {e}") from e
+        games.update(data.get("games", {}))
+        experiments.update(data.get("experiments", {}))
+    return games, experiments
+
+
+def _flags(value, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise SweepError(f"{where}: flags must be a string or a list of strings")
+
+
+def normalize_game(game: str, suffix: str) -> str:
+    """'Pong' -> 'Pong-v5' when the experiment's env_suffix is '-v5'; full ids are kept."""
+    return game if re.search(r"-v\d+$", game) else game + suffix
+
+
+def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, games=None,
+           seeds=None, labels=None, scale: float = 1.0, extra_args=(), checkpoint_every=None) -> list[Run]:
+    """All runs of one experiment, seed-major (seed 1 of every game and label comes first)."""
+    if name not in experiments:
+        raise SweepError(f"unknown experiment {name!r}; known: {', '.join(experiments)}")
+    exp = experiments[name]
+    unknown = set(exp) - EXPERIMENT_KEYS
+    missing = {"script", "games", "seeds", "total_timesteps", "labels"} - set(exp)
+    if unknown or missing:
+        raise SweepError(f"experiment {name}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    exp_games = exp["games"]
+    if isinstance(exp_games, str):
+        if exp_games not in game_lists:
+            raise SweepError(f"experiment {name}: no game list named {exp_games!r}")
+        exp_games = game_lists[exp_games]
+    suffix = exp.get("env_suffix", "")
+    games = [normalize_game(g, suffix) for g in games] if games else list(exp_games)
+    seeds = list(seeds) if seeds else list(exp["seeds"])
+    if scale <= 0:
+        raise SweepError("--scale must be positive")
+    steps = max(1, round(exp["total_timesteps"] * scale))
+    ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
+    common = _flags(exp.get("flags", ""), f"experiment {name}")
+    label_specs = exp["labels"]
+    for label in labels or []:
+        if label not in label_specs:
+            raise SweepError(f"experiment {name} has no label {label!r}; labels: {', '.join(label_specs)}")
+    runs = []
+    for seed in seeds:
+        for game in games:
+            for label, spec in label_specs.items():
+                if labels and label not in labels:
+                    continue
+                if not LABEL_RE.match(label):
+                    raise SweepError(f"experiment {name}: label {label!r} is not a valid directory name")
+                if isinstance(spec, dict):
+                    if set(spec) - {"script", "flags"}:
+                        raise SweepError(f"experiment {name}, label {label}: only 'script' and 'flags' allowed")
+                    script, flags = spec.get("script", exp["script"]), spec.get("flags", "")
+                else:
+                    script, flags = exp["script"], spec
+                runs.append(Run(name, label, script, game, int(seed), steps, int(ckpt),
+                                common + _flags(flags, f"{name}.{label}") + tuple(extra_args),
+                                Path(root).resolve() / name / label))
+    return runs
+
+
+# ----------------------------------------------------------------------------- one run
+def _now() -> str:
+    return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, on_start=None) -> int | None:
+    """Run one script to its end, appending its output to run.log; None when it was already done."""
+    if run.done():
+        return None
+    cmd = run.command()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    run.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(run.log, "a") as log:
+        log.write(f"[sweep] {_now()} start on {socket.gethostname()}: {shlex.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, **(popen_kwargs or {}))
+        if on_start:
+            on_start(proc, log)
+        rc = _shell_rc(proc.wait())
+        log.write(f"\n[sweep] {_now()} exit {rc}\n")
+    return rc
+
+
+def _shell_rc(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal N: 128 + N, as a shell reports it
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def state(run: Run) -> str:
+    """done | running | interrupted | failed | missing, from the result, the checkpoint and the log."""
+    if run.done():
+        return "done"
+    started, rc = False, None
+    if run.log.exists():
+        for line in run.log.read_text(errors="replace").splitlines():
+            if START.match(line):
+                started, rc = True, None
+            elif m := EXIT.match(line):
+                rc = int(m.group(1))
+    if not started:
+        return "interrupted" if (run.dir / CHECKPOINT).exists() else "missing"
+    if rc is None:
+        return "running"  # (or killed without a trace: SIGKILL, node failure)
+    return "interrupted" if rc in INTERRUPTED else "failed"
+
+
+# ----------------------------------------------------------------------------- local pool
+def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> int:
+    """Run on this machine with a pool of `workers` threads, each running one script at a time."""
+    free_gpus: queue.SimpleQueue = queue.SimpleQueue()
+    for g in gpus or []:
+        free_gpus.put(g)
+    live, stopping = [], []
+
+    def on_signal(signum, frame):  # forward SIGINT / SIGTERM once to each script, start no new run
+        stopping.append(signum)
+        print(f"\nsignal {signum}: passing it to the running scripts (they checkpoint); starting no new run",
+              flush=True)
+        for proc in live:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    def job(run):
+        if stopping:
+            return "not started"
+        gpu = free_gpus.get() if gpus else None
+        try:
+            # own session: a Ctrl-C reaches the scripts once, through on_signal
+            return execute(run, gpu, {"start_new_session": True}, lambda p, _: live.append(p))
+        finally:
+            if gpus:
+                free_gpus.put(gpu)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    failed, t0 = [], time.time()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(job, run): run for run in runs}
+            for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+                run, rc = futures[fut], fut.result()
+                if rc == "not started":
+                    continue
+                ok = run.done()  # (rc is None when another sweep finished it meanwhile)
+                print(f"[{i}/{len(runs)}] {'ok    ' if ok else 'FAILED'} {run.label} {run.name} "
+                      f"({'already done' if rc is None else f'exit {rc}'}, {time.time() - t0:.0f} s)", flush=True)
+                if not ok:
+                    failed.append(run)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    for run in failed:
+        print(f"\n==> FAILED {run.label} {run.name} ({state(run)}); last lines of {run.log}:\n{tail(run.log)}")
+    ok = sum(r.done() for r in runs)
+    print(f"\n{ok} of {len(runs)} runs finished, {len(failed)} failed, {len(runs) - ok - len(failed)} not started")
+    if stopping:
+        return 128 + stopping[0]
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------- submitit / Slurm
+class RunJob:
+    """A submitit job: runs one script. On submitit's timeout/preemption signal, checkpoint() stops
+    the script with SIGTERM (it writes checkpoint.pt) and hands submitit a fresh job to requeue;
+    that job finds the checkpoint and resumes."""
+
+    def __init__(self, run: Run, grace_s: float = 120.0):
+        self.run, self.grace_s, self._proc, self._log = run, grace_s, None, None
+
+    def __getstate__(self):
+        return {"run": self.run, "grace_s": self.grace_s}
+
+    def __setstate__(self, d):
+        self.__init__(d["run"], d["grace_s"])
+
+    def _started(self, proc, log):
+        self._proc, self._log = proc, log
+
+    def __call__(self) -> int:
+        from submitit.core.job_environment import JobEnvironment
+        usr_sig = JobEnvironment._usr_sig()
+        # Slurm's --signal reaches every process of the step: the script must ignore it (SIG_IGN
+        # survives exec) and leave it to submitit's handler in this process.
+        rc = execute(self.run, None, {"preexec_fn": lambda: signal.signal(usr_sig, signal.SIG_IGN)},
+                     self._started)
+        if rc not in (0, None) or not self.run.done():
+            raise RuntimeError(f"{self.run.label} {self.run.name}: exit {rc}; end of {self.run.log}:\n"
+                               + tail(self.run.log))
+        return 0
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            deadline = time.time() + self.grace_s
+            while time.time() < deadline:  # os.waitpid: Popen.wait may hold its lock in this thread
+                try:
+                    pid, status = os.waitpid(proc.pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid:
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    self._log.write(f"\n[sweep] {_now()} exit {_shell_rc(proc.returncode)} (stopped by the "
+                                    "time-limit/preemption signal; requeued)\n")
+                    self._log.flush()
+                    break
+                time.sleep(0.2)
+        return submitit.helpers.DelayedSubmission(RunJob(self.run, self.grace_s))
+
+
+def slurm_executor(args, folder: Path):
+    import submitit
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=args.max_requeues)
+    extra = dict(kv.split("=", 1) for kv in args.slurm_arg)
+    params = dict(name=f"sweep-{args.experiment}", timeout_min=args.time_min, nodes=1, tasks_per_node=1,
+                  gpus_per_node=args.gpus_per_job, cpus_per_task=args.cpus_per_job, mem_gb=args.mem_gb,
+                  slurm_partition=args.partition, slurm_signal_delay_s=args.signal_delay_s,
+                  slurm_array_parallelism=args.workers or 256, slurm_additional_parameters=extra or None)
+    ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return ex
+
+
+def submit(executor, runs: list[Run], grace_s: float) -> list:
+    """Submit the runs as one job array; the job code travels by value (cloudpickle)."""
+    import cloudpickle
+    module = sys.modules[RunJob.__module__]
+    if module.__name__ != "__main__":
+        cloudpickle.register_pickle_by_value(module)
+    with executor.batch():
+        jobs = [executor.submit(RunJob(run, grace_s)) for run in runs]
+    return jobs
+
+
+# ----------------------------------------------------------------------------- commands
+def _on_disk(label_dir: Path) -> set[tuple[str, int]]:
+    """(env id, seed) of every run directory or log under a label directory."""
+    names = [p.name for p in label_dir.glob("*__*") if p.is_dir()] + [p.stem for p in label_dir.glob("logs/*.log")]
+    found = set()
+    for name in names:
+        game, _, seed = name.rpartition("__")
+        if game and seed.isdigit():
+            found.add((game, int(seed)))
+    return found
+
+
+def _runs(args, discover: bool = False) -> list[Run]:
+    """The runs selected on the command line; with discover (status, report) also every run of the
+    experiment's labels found on disk outside that grid, e.g. those of a `run --games Pong`."""
+    game_lists, experiments = load_config(args.config)
+    select = dict(games=args.games, seeds=args.seeds, labels=args.labels)
+    if not discover:
+        return expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale,
+                      extra_args=shlex.split(args.extra_args), checkpoint_every=args.checkpoint_every)
+    runs = expand(args.experiment, experiments, game_lists, args.root, **select)
+    known = {(r.label, r.env_id, r.seed) for r in runs}
+    for label, label_dir in sorted({(r.label, r.label_dir) for r in runs}):
+        for game, seed in sorted(_on_disk(label_dir)):
+            if (label, game, seed) not in known:
+                runs += expand(args.experiment, experiments, game_lists, args.root, games=[game], seeds=[seed],
+                               labels=[label])
+    return runs
+
+
+def cmd_run(args) -> int:
+    runs = _runs(args)
+    todo = [r for r in runs if not r.done()]
+    absent = sorted({r.script for r in todo if not (REPO / r.script).exists()})
+    if args.dry_run:
+        print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
+        if absent:
+            print(f"# warning: script(s) not found: {', '.join(absent)}")
+        for r in todo:
+            print(shlex.join(r.command()))
+        steps = sum(r.total_timesteps for r in runs)
+        print(f"# total: {len(runs)} runs, {steps:,} environment steps; {len(runs) - len(todo)} done, "
+              f"{len(todo)} to run ({sum(r.total_timesteps for r in todo):,} steps), "
+              f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed")
+        return 0
+    if absent:
+        raise SweepError(f"script(s) not found: {', '.join(absent)} (--labels runs a subset)")
+    print(f"{args.experiment}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run")
+    if not todo:
+        return 0
+    if args.slurm:
+        folder = Path(args.root).resolve() / args.experiment / "submitit"
+        jobs = submit(slurm_executor(args, folder), todo, grace_s=max(10, args.signal_delay_s - 30))
+        print(f"submitted {len(jobs)} jobs ({jobs[0].job_id} ... {jobs[-1].job_id}); submitit files in {folder}")
+        print(f"follow with: python reproduce/sweep.py status {args.experiment}"
+              + (f" --config {args.config}" if args.config else ""))
+        return 0
+    gpus = args.gpus.split(",") if args.gpus else None
+    return run_local(todo, args.workers or (len(gpus) if gpus else 1), gpus)
+
+
+def cmd_status(args) -> int:
+    runs = _runs(args, discover=True)
+    states = ["done", "running", "interrupted", "failed", "missing"]
+    labels, games = list(dict.fromkeys(r.label for r in runs)), list(dict.fromkeys(r.env_id for r in runs))
+    rows: dict = {}
+    for r in sorted(runs, key=lambda r: (labels.index(r.label), games.index(r.env_id))):
+        rows.setdefault((r.label, r.env_id), {s: 0 for s in states})[state(r)] += 1
+    rows[("total", "")] = {s: sum(c[s] for c in rows.values()) for s in states}
+    wl, wg = max(len(k[0]) for k in rows), max([4] + [len(k[1]) for k in rows])
+    print(f"{'label':<{wl}}  {'game':<{wg}}  " + "  ".join(states))
+    for (label, game), counts in rows.items():
+        print(f"{label:<{wl}}  {game:<{wg}}  " + "  ".join(f"{counts[s]:>{len(s)}}" for s in states))
+    for r in runs:
+        if state(r) == "failed":
+            print(f"\n==> failed: {r.label} {r.name}; last lines of {r.log}:\n{tail(r.log, 5)}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    runs = _runs(args, discover=True)
+    game_lists, experiments = load_config(args.config)
+    finished_dirs = {r.label: r.label_dir for r in runs if r.done()}
+    label_dirs = {lb: finished_dirs[lb] for lb in experiments[args.experiment]["labels"] if lb in finished_dirs}
+    if not label_dirs:
+        raise SweepError(f"no finished run of {args.experiment} under {Path(args.root).resolve()}")
+    out = Path(args.out) if args.out else Path(args.root).resolve() / args.experiment / "report"
+    cmd = [sys.executable, str(REPO / "reproduce" / "report.py"), "--runs",
+           *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out)]
+    benchmark = args.benchmark or experiments[args.experiment].get("benchmark")
+    finished = {r.env_id for r in runs if r.done()}
+    if benchmark and (args.benchmark or finished <= set(game_lists.get(benchmark, finished))):
+        cmd += ["--benchmark", benchmark]
+    elif benchmark:
+        print(f"(not passing --benchmark {benchmark}: finished games {sorted(finished)} are outside it)")
+    print(shlex.join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+def parse_args(argv=None):
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("experiment")
+    common.add_argument("--config", help="your own experiments TOML, added to reproduce/experiments.toml")
+    common.add_argument("--root", default="runs/sweeps", help="runs go to ROOT/EXPERIMENT/LABEL/GAME__SEED")
+    common.add_argument("--games", nargs="+", help="env ids or names ('Pong' = 'Pong-v5'); default: the experiment's")
+    common.add_argument("--seeds", nargs="+", type=int, help="default: the experiment's")
+    common.add_argument("--labels", nargs="+", help="a subset of the experiment's labels")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", parents=[common], help="run (or submit) every run that has no result")
+    r.add_argument("--scale", type=float, default=1.0, help="multiply every run's total timesteps")
+    r.add_argument("--workers", type=int, help="local: parallel runs (default: 1, or one per --gpus entry); "
+                   "Slurm: most array jobs running at once")
+    r.add_argument("--gpus", help="local: comma-separated GPU ids; each run gets one (CUDA_VISIBLE_DEVICES)")
+    r.add_argument("--extra-args", default="", help="flags appended to every command (quoted)")
+    r.add_argument("--checkpoint-every", type=int, help="override the experiment's checkpoint_every")
+    r.add_argument("--dry-run", action="store_true", help="print the commands and total environment steps")
+    s = r.add_argument_group("Slurm (through submitit)")
+    s.add_argument("--slurm", action="store_true", help="submit a job array instead of running here")
+    s.add_argument("--partition")
+    s.add_argument("--gpus-per-job", type=int, default=1)
+    s.add_argument("--cpus-per-job", type=int, default=8)
+    s.add_argument("--time-min", type=int, default=24 * 60, help="time limit of one job, minutes")
+    s.add_argument("--mem-gb", type=float)
+    s.add_argument("--signal-delay-s", type=int, default=180,
+                   help="a job is stopped (script checkpoints) and requeued this long before its time limit")
+    s.add_argument("--max-requeues", type=int, default=20, help="requeues after time-outs per job")
+    s.add_argument("--slurm-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other sbatch option, e.g. --slurm-arg account=abc --slurm-arg qos=high")
+    sub.add_parser("status", parents=[common], help="done / running / interrupted / failed / missing")
+    rep = sub.add_parser("report", parents=[common], help="run reproduce/report.py on the finished runs")
+    rep.add_argument("--out", help="default: ROOT/EXPERIMENT/report")
+    rep.add_argument("--benchmark", help="default: the experiment's")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--extra-args" in argv[:-1]:  # let its value start with "-": --extra-args "--no-cuda"
+        i = argv.index("--extra-args")
+        argv[i:i + 2] = [f"--extra-args={argv[i + 1]}"]
+    args = p.parse_args(argv)
+    if getattr(args, "slurm_arg", None) and any("=" not in kv for kv in args.slurm_arg):
+        p.error("--slurm-arg takes KEY=VALUE")
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        p.error("--workers must be at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.command](args)
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

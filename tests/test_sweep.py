@@ -1,0 +1,381 @@
+"""Tests of reproduce/sweep.py: expansion of the built-in experiments into commands and directories,
+a real local sweep (two workers) against a stand-in training script that follows
+docs/CONVENTIONS.md, the submitit path (sbatch text, a job run as a mocked Slurm job, and the
+time-limit signal -> checkpoint -> requeue -> resume cycle through submitit's LocalExecutor), and one
+tiny real sweep with abs_pqn_atari.py."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "reproduce"))
+import sweep  # noqa: E402
+
+# A stand-in for a training script, following the conventions: it writes eval_results.json
+# atomically into <output-dir>/<run-name>/, exits 1 for a seed in --fail-seeds, and with --sleep waits
+# for SIGTERM, on which it writes checkpoint.pt and exits 143.
+STANDIN = textwrap.dedent('''
+    import argparse, json, os, signal, sys, time
+    p = argparse.ArgumentParser()
+    for f in ("--env-id", "--output-dir", "--run-name", "--resume"):
+        p.add_argument(f)
+    for f in ("--seed", "--total-timesteps", "--checkpoint-every"):
+        p.add_argument(f, type=int)
+    p.add_argument("--fail-seeds", type=int, nargs="*", default=[])
+    p.add_argument("--sleep", type=float, default=0.0)
+    args, rest = p.parse_known_args()
+    run_dir = os.path.join(args.output_dir, args.run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    def write(name, obj):
+        tmp = os.path.join(run_dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(obj, f)
+        os.replace(tmp, os.path.join(run_dir, name))
+    def on_term(signum, frame):
+        write("checkpoint.pt", {"step": 1})
+        print("checkpointed on signal", signum, flush=True)
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_term)
+    t0 = time.time()
+    print("training", args.env_id, args.seed, flush=True)
+    if args.seed in args.fail_seeds:
+        print("boom: made to fail", file=sys.stderr)
+        sys.exit(1)
+    if args.resume:
+        assert os.path.exists(args.resume), args.resume
+    elif args.sleep:
+        while time.time() - t0 < args.sleep:
+            time.sleep(0.05)
+    write("eval_results.json", {"algo": "standin", "env_id": args.env_id, "seed": args.seed,
+                                "global_step": args.total_timesteps, "total_timesteps": args.total_timesteps,
+                                "resumed_from": args.resume, "extra": rest, "start": t0, "end": time.time(),
+                                "train_seconds": time.time() - t0, "args": {"seed": args.seed, "adapt": True},
+                                "eval": {"episodes": 1, "returns": [1.0], "lengths": [10], "mean": 1.0, "std": 0.0,
+                                         "median": 1.0, "min": 1.0, "max": 1.0, "capped": 0}})
+''')
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A tiny experiment (two labels, one game, two seeds) on the stand-in, in its own TOML."""
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    config = tmp_path / "tiny.toml"
+    config.write_text(textwrap.dedent(f'''
+        [experiments.tiny]
+        script = "{script}"
+        games = ["Pong-v5"]
+        seeds = [1, 2]
+        total_timesteps = 1000
+        checkpoint_every = 0
+        env_suffix = "-v5"
+        [experiments.tiny.labels]
+        A = ""
+        B = {{ flags = ["--sleep", "0.7", "--label-b"] }}
+    '''))
+    return ["--config", str(config), "--root", str(tmp_path / "sweeps")], tmp_path / "sweeps" / "tiny"
+
+
+def sweep_cli(*args, timeout=120, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "reproduce" / "sweep.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def starts(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if sweep.START.match(line))
+
+
+# ----------------------------------------------------------------------------- expansion
+def builtin(name, **kw):
+    games, exps = sweep.load_config()
+    return sweep.expand(name, exps, games, "/r", **kw)
+
+
+def test_atari10_batches_expansion():
+    runs = builtin("atari10-batches")
+    assert len(runs) == 5 * 10 * 3
+    assert [r.label for r in runs[:5]] == ["ABS", "Small", "Vanilla", "Large", "GNS"]
+    by = {(r.label, r.env_id, r.seed): r for r in runs}
+    r = by["Small", "Qbert-v5", 2]
+    assert r.dir == Path("/r/atari10-batches/Small/Qbert-v5__2")
+    assert r.log == Path("/r/atari10-batches/Small/logs/Qbert-v5__2.log")
+    assert r.command() == ["python", "abs_pqn_atari.py", "--env-id", "Qbert-v5", "--seed", "2",
+                           "--total-timesteps", "20000000", "--output-dir", "/r/atari10-batches/Small",
+                           "--run-name", "Qbert-v5__2", "--checkpoint-every", "1000000",
+                           "--no-adapt", "--num-steps", "16"]
+    assert by["ABS", "Qbert-v5", 1].command()[-2:] == ["--checkpoint-every", "1000000"]
+    assert by["Vanilla", "Amidar-v5", 3].command()[-4:] == ["--no-adapt", "--num-steps", "32", "--track-divergence"]
+    assert by["Large", "Amidar-v5", 3].command()[-3:] == ["--no-adapt", "--num-steps", "64"]
+    assert by["GNS", "Phoenix-v5", 1].command()[1] == "gns_pqn_atari.py"
+    assert {r.env_id for r in runs} == {g + "-v5" for g in ("Amidar", "BattleZone", "Bowling", "DoubleDunk",
+            "Frostbite", "KungFuMaster", "NameThisGame", "Phoenix", "Qbert", "Riverraid")}
+
+
+def test_filters_scale_and_extra_args():
+    runs = builtin("atari10-batches", games=["Pong"], seeds=[7], labels=["ABS", "Large"], scale=0.001,
+                   extra_args=["--num-envs", "4"], checkpoint_every=500)
+    assert [(r.label, r.name, r.total_timesteps) for r in runs] == [("ABS", "Pong-v5__7", 20000),
+                                                                   ("Large", "Pong-v5__7", 20000)]
+    assert runs[1].command()[13:] == ["500", "--no-adapt", "--num-steps", "64", "--num-envs", "4"]
+    assert builtin("mujoco", scale=1e-12)[0].total_timesteps == 1  # floor: one step
+    with pytest.raises(sweep.SweepError, match="no label"):
+        builtin("atari10-batches", labels=["Huge"])
+    with pytest.raises(sweep.SweepError, match="unknown experiment"):
+        builtin("atari11")
+
+
+def test_atari57_expansion():
+    runs = builtin("atari57")
+    games = {r.env_id for r in runs}
+    assert len(games) == 57 and len(runs) == 2 * 57 * 3
+    # the same ids as the score table the report uses
+    csv_ids = {line.split(",")[1] for line in (ROOT / "reproduce" / "atari57_scores.csv").read_text().splitlines()[1:]
+               if line.strip()}
+    assert games == csv_ids
+    pqn = [r for r in runs if r.label == "PQN"][0]
+    assert pqn.command()[-3:] == ["--no-adapt", "--num-steps", "32"] and pqn.script == "abs_pqn_atari.py"
+
+
+def test_scale_expansion():
+    runs = builtin("scale", games=["Qbert"], seeds=[1])
+    cmds = {r.label: " ".join(r.command()) for r in runs}
+    assert len(cmds) == 15
+    for net, name in (("pqn", "PQN"), ("pqn-l", "PQN-L"), ("pqn-xl", "PQN-XL")):
+        assert cmds[f"{name}_fixed32"].endswith(f"--network {net} --no-adapt --num-steps 32")
+        for hi in (32, 64, 128):
+            assert cmds[f"{name}_ABS16-{hi}"].endswith(f"--network {net} --num-steps-min 16 --num-steps-max {hi}")
+            assert "--no-adapt" not in cmds[f"{name}_ABS16-{hi}"]
+
+
+def test_sensitivity_expansion():
+    runs = builtin("sensitivity", games=["Qbert"], seeds=[1])
+    flags = {r.label: r.flags for r in runs}
+    assert flags["default"] == ()
+    assert flags["L8-64"] == ("--num-steps-min", "8", "--num-steps-max", "64")
+    assert flags["d15-85"] == ("--divergence-low", "0.15", "--divergence-high", "0.85")
+    assert flags["K10"] == ("--adapt-freq", "10")
+    assert all("--no-adapt" not in f for f in flags.values())
+    assert len(builtin("sensitivity")) == len(flags) * 10 * 3
+
+
+def test_mujoco_and_btr_expansion():
+    runs = builtin("mujoco")
+    assert {r.env_id for r in runs} == {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"}
+    assert {r.label for r in runs} == {"PPO", "PPO+ABS"} and len(runs) == 30
+    assert all(r.script == "abs_ppo_mujoco.py" and r.total_timesteps == 5_000_000 for r in runs)
+    assert [r.flags for r in runs[:2]] == [("--no-adapt", "--num-steps", "2048"), ()]
+    assert builtin("mujoco", games=["Hopper"])[0].env_id == "Hopper-v5"
+    runs = builtin("btr-atari5")
+    assert {r.env_id for r in runs} == {"BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"}
+    assert all(r.script == "abs_btr.py" and r.total_timesteps == 50_000_000 for r in runs)
+    assert runs[0].dir == Path("/r/btr-atari5/BTR/BattleZone-v5__1")
+    assert runs[0].flags == ("--no-adapt", "--batch-size", "256") and runs[1].flags == ()
+
+
+def test_dry_run_prints_commands_and_steps(tiny):
+    opts, _ = tiny
+    out = sweep_cli("run", "tiny", *opts, "--dry-run", "--scale", "0.5")
+    assert out.returncode == 0, out.stderr
+    cmds = [line for line in out.stdout.splitlines() if line.startswith("python ")]
+    assert len(cmds) == 4 and all("--total-timesteps 500" in c for c in cmds)
+    assert "4 runs, 2,000 environment steps" in out.stdout
+    assert not (tiny[1]).exists()  # a dry run creates nothing
+    out = sweep_cli("run", "tiny", *opts, "--dry-run", "--seeds", "1", "--labels", "A", "--extra-args", "--no-cuda")
+    assert out.stdout.splitlines()[1].endswith("--checkpoint-every 0 --no-cuda"), out.stdout + out.stderr
+    bad = sweep_cli("run", "nope", *opts, "--dry-run")
+    assert bad.returncode == 2 and "unknown experiment" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- a real local sweep
+def test_local_sweep_idempotent_rerun_failure_resume(tiny):
+    opts, exp_dir = tiny
+    # 1. all four runs finish, two at a time
+    out = sweep_cli("run", "tiny", *opts, "--workers", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = {p.parent.relative_to(exp_dir).as_posix(): json.loads(p.read_text())
+               for p in exp_dir.rglob("eval_results.json")}
+    assert set(results) == {"A/Pong-v5__1", "A/Pong-v5__2", "B/Pong-v5__1", "B/Pong-v5__2"}
+    assert results["B/Pong-v5__2"]["extra"] == ["--label-b"] and results["A/Pong-v5__1"]["extra"] == []
+    spans = sorted((r["start"], r["end"]) for r in results.values())
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two workers never overlapped"
+    assert (exp_dir / "A" / "logs" / "Pong-v5__1.log").exists()
+    # 2. a second invocation starts nothing
+    out = sweep_cli("run", "tiny", *opts, "--workers", "2")
+    assert out.returncode == 0 and "4 already done, 0 to run" in out.stdout
+    assert all(starts(log) == 1 for log in exp_dir.glob("*/logs/*.log"))
+    # 3. a deleted result is run again, and only that one
+    (exp_dir / "B" / "Pong-v5__1" / "eval_results.json").unlink()
+    out = sweep_cli("run", "tiny", *opts, "--workers", "2")
+    assert out.returncode == 0 and "1 to run" in out.stdout
+    assert starts(exp_dir / "B" / "logs" / "Pong-v5__1.log") == 2
+    assert starts(exp_dir / "A" / "logs" / "Pong-v5__1.log") == 1
+    # 4. a run made to fail is reported with its log tail; the others complete; exit code 1
+    out = sweep_cli("run", "tiny", *opts, "--seeds", "1", "2", "3", "4", "--workers", "2",
+                    "--extra-args", "--fail-seeds 3")
+    assert out.returncode == 1
+    assert "FAILED A Pong-v5__3" in out.stdout and "FAILED B Pong-v5__3" in out.stdout
+    assert "boom: made to fail" in out.stdout
+    assert (exp_dir / "A" / "Pong-v5__4" / "eval_results.json").exists()
+    assert (exp_dir / "B" / "Pong-v5__4" / "eval_results.json").exists()
+    # 5. a run with a checkpoint is resumed
+    (exp_dir / "A" / "Pong-v5__5").mkdir()
+    (exp_dir / "A" / "Pong-v5__5" / "checkpoint.pt").write_text("{}")
+    out = sweep_cli("run", "tiny", *opts, "--seeds", "5", "--labels", "A", "--dry-run")
+    assert f"--resume {exp_dir}/A/Pong-v5__5/checkpoint.pt" in out.stdout and "1 of them resumed" in out.stdout
+    out = sweep_cli("status", "tiny", *opts)
+    assert re.search(r"A\s+Pong-v5\s+3\s+0\s+1\s+1\s+0", out.stdout), out.stdout  # done 1-2-4, resumable 5, failed 3
+    out = sweep_cli("run", "tiny", *opts, "--seeds", "5", "--labels", "A")
+    assert out.returncode == 0, out.stdout
+    res = json.loads((exp_dir / "A" / "Pong-v5__5" / "eval_results.json").read_text())
+    assert res["resumed_from"] == str(exp_dir / "A" / "Pong-v5__5" / "checkpoint.pt")
+    # status: done / failed / missing per label and game
+    out = sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3", "4", "5", "6")
+    assert out.returncode == 0
+    assert re.search(r"A\s+Pong-v5\s+4\s+0\s+0\s+1\s+1", out.stdout), out.stdout
+    assert re.search(r"B\s+Pong-v5\s+3\s+0\s+0\s+1\s+2", out.stdout), out.stdout
+    assert "==> failed: A Pong-v5__3" in out.stdout
+
+
+def test_sigterm_to_local_sweep_checkpoints_and_rerun_resumes(tiny):
+    opts, exp_dir = tiny
+    cmd = [sys.executable, str(ROOT / "reproduce" / "sweep.py"), "run", "tiny", *opts, "--labels", "A",
+           "--workers", "2", "--extra-args", "--sleep 60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    logs = [exp_dir / "A" / "logs" / f"Pong-v5__{s}.log" for s in (1, 2)]
+    deadline = time.time() + 60
+    while not all(log.exists() and "training" in log.read_text() for log in logs):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    for log in logs:  # each script got the signal once, checkpointed and exited 143
+        assert "checkpointed on signal 15" in log.read_text() and log.read_text().rstrip().endswith("exit 143")
+    assert "interrupted" in sweep_cli("status", "tiny", *opts).stdout.splitlines()[0]
+    assert re.search(r"A\s+Pong-v5\s+0\s+0\s+2\s+0\s+0", sweep_cli("status", "tiny", *opts).stdout)
+    out = sweep_cli("run", "tiny", *opts, "--labels", "A", "--workers", "2")
+    assert out.returncode == 0, out.stdout
+    for seed in (1, 2):
+        res = json.loads((exp_dir / "A" / f"Pong-v5__{seed}" / "eval_results.json").read_text())
+        assert res["resumed_from"].endswith(f"A/Pong-v5__{seed}/checkpoint.pt")
+
+
+def test_state_from_log(tmp_path):
+    run = sweep.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
+    assert sweep.state(run) == "missing"
+    run.log.parent.mkdir(parents=True)
+    run.log.write_text("[sweep] 2026-01-01T00:00:00 start on h: python x.py\nstep 1\n")
+    assert sweep.state(run) == "running"
+    run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:01:00 exit 143\n")
+    assert sweep.state(run) == "interrupted"
+    run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:02:00 start on h: python x.py\n"
+                       "Traceback\n[sweep] 2026-01-01T00:03:00 exit 1\n")
+    assert sweep.state(run) == "failed"
+    run.dir.mkdir()
+    (run.dir / "eval_results.json").write_text("{}")
+    assert sweep.state(run) == "done"
+
+
+def test_report_calls_report_tool_with_labels(tiny, tmp_path):
+    opts, exp_dir = tiny
+    assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--seeds", "1").returncode == 0
+    out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), timeout=300)
+    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'}" in out.stdout
+    assert "B=" not in out.stdout.splitlines()[0]  # labels with no finished run are left out
+    assert out.returncode == 0 and (tmp_path / "rep" / "report.md").exists(), out.stdout + out.stderr
+
+
+# ----------------------------------------------------------------------------- submitit / Slurm
+def slurm_args(tiny_opts, *extra):
+    return sweep.parse_args(["run", "tiny", *tiny_opts, "--slurm", "--partition", "gpu-long", "--gpus-per-job", "2",
+                             "--cpus-per-job", "12", "--time-min", "240", "--mem-gb", "48", "--workers", "16",
+                             "--signal-delay-s", "300", "--slurm-arg", "account=rl", *extra])
+
+
+def test_slurm_sbatch_parameters(tiny, tmp_path, monkeypatch):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    ex = sweep.slurm_executor(slurm_args(tiny[0]), tmp_path / "submitit")
+    assert ex._executor.max_num_timeout == 20
+    text = ex._executor._make_submission_file_text("python -m submitit.core._submit X", "uid")
+    for line in ("#SBATCH --partition=gpu-long", "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=12",
+                 "#SBATCH --time=240", "#SBATCH --mem=48GB", "#SBATCH --signal=USR2@300",
+                 "#SBATCH --account=rl", "#SBATCH --job-name=sweep-tiny"):
+        assert line in text.splitlines(), text
+
+
+def test_slurm_submit_and_run_job_mocked(tiny, tmp_path):
+    """The Slurm path with submitit's own Slurm mock (its sbatch answers with a job id): the CLI
+    submits one job array, then one job runs as Slurm would run it (python -m submitit.core._submit)
+    in a fresh process, which unpickles the job (sent by value from __main__) and trains."""
+    pytest.importorskip("submitit.slurm.test_slurm")
+    opts, exp_dir = tiny
+    submit_py = textwrap.dedent(f'''
+        import runpy, sys
+        from submitit.slurm.test_slurm import mocked_slurm
+        sys.argv = ["sweep.py", "run", "tiny", *{opts!r}, "--slurm", "--partition", "p", "--time-min", "60"]
+        with mocked_slurm():
+            runpy.run_path({str(ROOT / "reproduce" / "sweep.py")!r}, run_name="__main__")
+    ''')
+    out = subprocess.run([sys.executable, "-c", submit_py], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "submitted 4 jobs (12_0 ... 12_3)" in out.stdout
+    text = next((exp_dir / "submitit").glob("*submission*.sh")).read_text()
+    for line in ("#SBATCH --array=0-3%4", "#SBATCH --signal=USR2@180", "#SBATCH --partition=p", "#SBATCH --time=60"):
+        assert line in text.splitlines(), text
+    env = dict(os.environ, SUBMITIT_EXECUTOR="slurm", SLURM_JOB_ID="12_1")
+    job = subprocess.run([sys.executable, "-m", "submitit.core._submit", str(exp_dir / "submitit")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert job.returncode == 0, job.stdout + job.stderr
+    results = list(exp_dir.rglob("eval_results.json"))
+    assert [r.parent.relative_to(exp_dir).as_posix() for r in results] == ["B/Pong-v5__1"]  # job 1: 2nd run
+
+
+def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
+    """submitit's LocalExecutor sends its time-limit signal (USR2) to the job like Slurm does: the job
+    stops the script with SIGTERM (it checkpoints), submitit requeues, the new job resumes."""
+    submitit = pytest.importorskip("submitit")
+    opts, exp_dir = tiny
+    games, exps = sweep.load_config(opts[1])
+    run = sweep.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
+    ex.update_parameters(timeout_min=0.25, signal_delay_s=9)  # the signal comes after 6 s
+    job = sweep.submit(ex, [run], grace_s=20)[0]
+    assert job.result() == 0
+    log = run.log.read_text()
+    assert "checkpointed on signal 15" in log and "exit 143 (stopped by the" in log
+    second_start = [line for line in log.splitlines() if sweep.START.match(line)][1]
+    assert starts(run.log) == 2 and second_start.endswith(f"--resume {run.dir / 'checkpoint.pt'}")
+    assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
+
+
+# ----------------------------------------------------------------------------- the real script
+@pytest.mark.skipif(not (ROOT / "abs_pqn_atari.py").exists(), reason="abs_pqn_atari.py not written yet")
+def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
+    pytest.importorskip("envpool")
+    tiny_flags = ("--num-envs 4 --num-steps-min 4 --num-steps-max 8 --num-steps 8 --num-minibatches 2 "
+                  "--eval-episodes 1 --eval-num-envs 1 --eval-max-episode-steps 50 --no-cuda "
+                  "--ref-batch-size 16 --log-every-seconds 0")
+    root = tmp_path / "sweeps"
+    # --scale 1.6e-6: 20M -> 32 environment steps, two iterations of 4 envs x L = 4 or 8
+    out = sweep_cli("run", "atari10-batches", "--games", "Pong", "--seeds", "1", "--labels", "ABS", "Small",
+                    "--scale", "0.0000016", "--workers", "2", "--root", str(root), "--extra-args", tiny_flags,
+                    timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    for label, adapt in (("ABS", True), ("Small", False)):
+        res = json.loads((root / "atari10-batches" / label / "Pong-v5__1" / "eval_results.json").read_text())
+        assert res["env_id"] == "Pong-v5" and res["seed"] == 1 and res["args"]["adapt"] is adapt
+        assert res["total_timesteps"] == 32 and res["eval"]["episodes"] == 1
+    out = sweep_cli("status", "atari10-batches", "--root", str(root))
+    assert re.search(r"ABS\s+Pong-v5\s+1\s+0\s+0\s+0\s+0", out.stdout), out.stdout
