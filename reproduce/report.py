@@ -346,7 +346,8 @@ def legend_or_note(ax, note: str):
 
 def plot_band(ax, label, color, c):
     step, mean, lo, hi, _ = c
-    ax.plot(step, mean, label=label, color=color)
+    # Markers when a curve has few points: a single measurement would otherwise draw nothing.
+    ax.plot(step, mean, label=label, color=color, marker="o" if len(step) < 10 else None, markersize=4)
     ax.fill_between(step, lo, hi, alpha=0.25, color=color)
 
 
