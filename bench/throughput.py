@@ -33,7 +33,7 @@ def configs(quick: bool) -> dict:
         K = 10
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 8192 --num-steps-min 1024 --num-steps-max 2048"
         btr = ("--env-id Breakout-v5 --num-envs 8 --buffer-size 16384 --learning-starts 1000 --total-timesteps 3000 "
-               "--model-size 0.25 --hidden-size 64 --batch-size-min 64 --batch-size-max 128 --batch-size 64")
+               "--no-impala --hidden-size 64 --batch-size-min 64 --batch-size-max 128 --batch-size 64 --adapt-freq 20")
     else:  # paper settings
         pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
         K = 50
