@@ -400,3 +400,13 @@ def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path):
     bad.write_text("not a checkpoint")
     p = run(["--resume", str(bad)], tmp_path)
     assert p.returncode == 2 and p.stderr.strip().startswith("error: --resume") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_help_lists_every_flag_with_its_docstring(tmp_path):
+    p = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
+                       cwd=tmp_path)
+    assert p.returncode == 0
+    text = " ".join(p.stdout.split())
+    for field in pqn.Args.__dataclass_fields__:
+        assert "--" + field.replace("_", "-") in text, field
+    assert "pqn-xl" in text and "linear" in text and "(default: 2048)" in text  # docstrings and defaults shown
