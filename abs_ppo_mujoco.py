@@ -277,7 +277,7 @@ class Agent(nn.Module):
         return mean, self.actor_logstd.expand_as(mean).exp()
 
     def get_action_and_value(self, x, action=None):
-        probs = Normal(*self.policy(x))
+        probs = Normal(*self.policy(x), validate_args=False)  # no per-call argument checks (a device sync on GPU)
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.get_value(x)
