@@ -107,12 +107,19 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
+    # Speed (same algorithm; see README "Speed")
+    bf16: bool = False
+    """run the Q-network under bfloat16 autocast when acting and learning (targets, loss, GNS estimate stay float32)"""
+    compile: bool = False
+    """torch.compile the Q-network for acting and learning (compiles for a while at the start and once more when L first changes)"""
+
 
 NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
 # Flags that may change on --resume; every other flag is taken from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
+    "bf16", "compile",
 )
 
 
@@ -303,6 +310,11 @@ class QNetwork(nn.Module):
         return self.head(h)
 
 
+def autocast(device: torch.device, bf16: bool):
+    """bfloat16 autocast on `device` with --bf16, a no-op context without; outputs are cast back to float32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+
+
 def select_actions(q_values: torch.Tensor, epsilon: float):
     """Epsilon-greedy on the device; returns actions and max_a Q."""
     values, greedy = q_values.max(dim=1)
@@ -324,8 +336,11 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm):
-    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q."""
+def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
+               forward=None, bf16=False):
+    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q.
+    `forward` is q_network or its torch.compile wrapper (same weights)."""
+    forward = q_network if forward is None else forward
     batch = obs.shape[0]
     mb_size = batch // num_minibatches
     losses, qs = [], []
@@ -333,7 +348,9 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
         perm = torch.randperm(batch, device=obs.device)
         for start in range(0, batch, mb_size):
             idx = perm[start : start + mb_size]
-            q = q_network(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+            with autocast(obs.device, bf16):
+                q_all = forward(obs[idx])
+            q = q_all.float().gather(1, actions[idx].unsqueeze(1)).squeeze(1)
             w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
             loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
             optimizer.zero_grad()
@@ -354,7 +371,7 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device):
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False):
     """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
     num_envs = min(num_envs, episodes)
     envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
@@ -365,7 +382,9 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
     returns, lengths, capped = [], [], 0
     obs, _ = envs.reset()
     while (finished < quota).any():
-        actions, _ = select_actions(q_network(torch.from_numpy(obs).to(device)), epsilon)
+        with autocast(device, bf16):
+            q_values = q_network(torch.from_numpy(obs).to(device)).float()
+        actions, _ = select_actions(q_values, epsilon)
         obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
         ep_return += reward
         ended = term | trunc
@@ -468,6 +487,8 @@ if __name__ == "__main__":
     num_actions = envs.action_space.n
     q_network = QNetwork(num_actions, args.network).to(device)
     optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    # Acting and learning go through q_forward; checkpoints and the GNS estimate use the plain float32 module.
+    q_forward = torch.compile(q_network) if args.compile else q_network
     E = args.num_envs
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = GNSScheduler(L_min, L_max, E)
@@ -526,8 +547,9 @@ if __name__ == "__main__":
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             obs_buf[step] = next_obs
             valid_buf[step] = 1.0 - prev_end
-            with torch.no_grad():
-                action, values_buf[step] = select_actions(q_network(next_obs), epsilon)
+            with torch.no_grad(), autocast(device, args.bf16):
+                q_values = q_forward(next_obs).float()
+            action, values_buf[step] = select_actions(q_values, epsilon)
             actions_buf[step] = action
             action_np = action.cpu().numpy()
             t1 = time.perf_counter()
@@ -551,7 +573,8 @@ if __name__ == "__main__":
 
         t0 = time.perf_counter()
         with torch.no_grad():
-            last_value = q_network(next_obs).max(dim=1).values
+            with autocast(device, args.bf16):
+                last_value = q_forward(next_obs).float().max(dim=1).values
             next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
             returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma, args.q_lambda)
         b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
@@ -579,7 +602,8 @@ if __name__ == "__main__":
         t0 = time.perf_counter()
         try:
             td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
-                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm)
+                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm,
+                                         q_forward, args.bf16)
         except NonFiniteLoss as e:
             failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
             save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
@@ -633,8 +657,9 @@ if __name__ == "__main__":
     returns, lengths, capped = ([], [], 0)
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped = evaluate(q_network, args.env_id, args.eval_episodes, args.eval_epsilon,
-                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device)
+        returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
+                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
+                                            args.bf16)
     summary = summarize_eval(returns, lengths, capped)
     if summary["episodes"]:
         writer.add_scalar("eval/mean_return", summary["mean"], global_step)

@@ -271,7 +271,7 @@ def test_shared_flags_and_code_are_abs_pqn_atari_s():
                                            "ref_batch_size", "schedule", "track_divergence"}
     assert gns.RUN_CONTROL_FLAGS == abs_pqn.RUN_CONTROL_FLAGS and gns.NETWORKS == abs_pqn.NETWORKS
     for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "linear_schedule", "nature_cnn",
-                 "ResidualBlock", "QNetwork", "select_actions", "allocate_storage", "pqn_update", "make_envs",
+                 "ResidualBlock", "QNetwork", "autocast", "select_actions", "allocate_storage", "pqn_update", "make_envs",
                  "evaluate", "summarize_eval", "atomic_write_json", "atomic_torch_save", "rng_state",
                  "set_rng_state", "parse_args"]:
         assert inspect.getsource(getattr(gns, name)) == inspect.getsource(getattr(abs_pqn, name)), name
@@ -356,6 +356,15 @@ def test_end_to_end_gns_moves_L_within_range(gns_run):
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert ckpt["scheduler"]["num_estimates"] == ckpt["iteration"] == len(steps)
     assert ckpt["scheduler"]["num_undefined"] == undefined and ckpt["scheduler"]["L"] == Ls[-1]
+
+
+def test_end_to_end_bf16_compile(tmp_path):
+    p = run([*TINY, "--total-timesteps", "300", "--run-name", "fast", "--bf16", "--compile", "--eval-episodes", "0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = check_eval_json(tmp_path / "fast" / "eval_results.json", {"bf16": True, "compile": True}, 300, episodes=0)
+    tags = scalars(tmp_path / "fast")
+    assert np.isfinite([v for _, v in tags["losses/td_loss"]]).all()
+    assert len({v for _, v in tags["adapt/num_steps"]}) > 1 and res["global_step"] >= 300
 
 
 def test_end_to_end_fixed_baseline(tmp_path):
