@@ -178,6 +178,10 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
+    # Speed (same algorithm; see README "Speed")
+    bf16: bool = False
+    """run the networks under bfloat16 autocast when acting and learning (targets, loss, divergence stay float32)"""
+
 
 FRAME_STACK = 4
 SCHEDULES = ("log", "linear")
@@ -185,7 +189,7 @@ SCHEDULES = ("log", "linear")
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
-    "scalar_every",
+    "scalar_every", "bf16",
 )
 
 
@@ -659,10 +663,12 @@ def btr_update(q_network, target_network, optimizer, batch, args, device):
     returns, discounts, weights = (torch.as_tensor(a, dtype=torch.float32, device=device) for a in (returns, discounts, weights))
     q_network.train()  # spectral norm: one power iteration per gradient step
     taus = q_network.sample_taus(len(states), device)
-    quantiles = q_network(states, taus)  # [B, N, A]
+    with autocast(device, args.bf16):
+        quantiles = q_network(states, taus).float()  # [B, N, A]
+        with torch.no_grad():
+            reset_noise(target_network)
+            next_quantiles = target_network(next_states, target_network.sample_taus(len(states), device)).float()
     with torch.no_grad():
-        reset_noise(target_network)
-        next_quantiles = target_network(next_states, target_network.sample_taus(len(states), device))
         if args.munchausen:
             targets = munchausen_iqn_target(next_quantiles, quantiles.mean(dim=1), actions, returns, discounts,
                                             args.munchausen_alpha, args.munchausen_tau, args.munchausen_clip)
@@ -679,6 +685,11 @@ def btr_update(q_network, target_network, optimizer, batch, args, device):
     optimizer.step()
     q_network.eval()
     return loss.item(), chosen.detach().mean().item(), td_abs.cpu().numpy()
+
+
+def autocast(device: torch.device, bf16: bool):
+    """bfloat16 autocast on `device` with --bf16, a no-op context without; outputs are cast back to float32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -700,7 +711,7 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device):
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False):
     """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
     num_envs = min(num_envs, episodes)
     envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
@@ -711,7 +722,9 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
     returns, lengths, capped = [], [], 0
     obs, _ = envs.reset()
     while (finished < quota).any():
-        actions, _ = select_actions(q_network(torch.from_numpy(obs).to(device)), epsilon)
+        with autocast(device, bf16):
+            q_values = q_network(torch.from_numpy(obs).to(device)).float()
+        actions, _ = select_actions(q_values, epsilon)
         obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
         ep_return += reward
         ended = term | trunc
@@ -883,9 +896,10 @@ if __name__ == "__main__":
     while global_step < args.total_timesteps:
         t0 = time.perf_counter()
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, args.bf16):
             reset_noise(q_network)
-            action, _ = select_actions(q_network.q_values(torch.from_numpy(obs).to(device)), epsilon)
+            q_values = q_network.q_values(torch.from_numpy(obs).to(device)).float()
+        action, _ = select_actions(q_values, epsilon)
         action_np = action.cpu().numpy()
         t1 = time.perf_counter()
         next_obs, reward, term, trunc, info = envs.step(action_np)
@@ -995,7 +1009,8 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
-                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device)
+                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
+                                            args.bf16)
     summary = summarize_eval(returns, lengths, capped)
     if summary["episodes"]:
         writer.add_scalar("eval/mean_return", summary["mean"], global_step)
