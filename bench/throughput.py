@@ -5,9 +5,13 @@
     python bench/throughput.py              # sized for a GPU box (paper settings, longer runs)
 
 Variants of one group (PQN fixed / ABS / GNS, PPO fixed / ABS, BTR fixed / ABS) run at the same
-settings and alternate round by round, so that drift of a shared machine hits them alike; each row's
-SPS is the median over rounds and its ratio is to the group's first (fixed-batch) row measured in the
-same rounds. An environment-only row (random actions through the same envpool setup) is the ceiling.
+settings and alternate round by round, so that drift of a shared machine hits them alike. Two columns
+of speed: "SPS" is the script's own whole-run figure (start-up, burn-in and compilation included);
+"steady SPS" is the rate over the second half of the run's steps, from the wall times of its
+charts/SPS events, which is what an hours-long run sees. Both are medians over rounds, and a row's
+ratio is its steady SPS over that of its group's first row measured in the same rounds.
+The speed groups (pqn-speed, btr-speed) compare the --bf16 / --compile flags with float32 eager.
+An environment-only row (random actions through the same envpool setup) is the ceiling.
 Writes bench/results.md and bench/results.json (or --out DIR).
 """
 import argparse
@@ -23,7 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds")
+GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed")
+PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
+             "perf/replay_seconds")  # replay: BTR only
 
 
 def configs(quick: bool) -> dict:
@@ -32,13 +38,16 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 16 --num-minibatches 4 --total-timesteps 16384"
         K = 10
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 8192 --num-steps-min 1024 --num-steps-max 2048"
+        # K and M shrunk with the batch so that measuring costs ~5x its paper share (as PQN's K=10 does)
         btr = ("--env-id Breakout-v5 --num-envs 8 --buffer-size 16384 --learning-starts 1000 --total-timesteps 3000 "
-               "--no-impala --hidden-size 64 --batch-size-min 64 --batch-size-max 128 --batch-size 64 --adapt-freq 20")
+               "--no-impala --hidden-size 64 --batch-size-min 64 --batch-size-max 128 --batch-size 64 "
+               "--adapt-freq 100 --ref-batch-size 512")
     else:  # paper settings
         pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
         K = 50
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 200000"
         btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 20000 --total-timesteps 120000"
+    pinned = f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"
     return {
         "pqn": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
                 ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"),
@@ -48,15 +57,31 @@ def configs(quick: bool) -> dict:
                 ("PPO + ABS", "abs_ppo_mujoco.py", ppo)],
         "btr": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
                 ("BTR + ABS", "abs_btr.py", btr)],
+        "pqn-speed": [("PQN + ABS (L pinned at 32), float32 eager", "abs_pqn_atari.py", pinned),
+                      ("PQN + ABS --bf16", "abs_pqn_atari.py", f"{pinned} --bf16"),
+                      ("PQN + ABS --compile", "abs_pqn_atari.py", f"{pinned} --compile"),
+                      ("PQN + ABS --bf16 --compile", "abs_pqn_atari.py", f"{pinned} --bf16 --compile")],
+        "btr-speed": [("BTR + ABS, float32", "abs_btr.py", btr),
+                      ("BTR + ABS --bf16", "abs_btr.py", f"{btr} --bf16")],
     }
 
 
 def scalars(run_dir: Path) -> dict:
+    """tag -> [(step, value, wall_time)]"""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+    return {t: [(e.step, e.value, e.wall_time) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def steady_sps(events: list) -> float | None:
+    """Steps per second over the second half of a run's steps, from (step, value, wall_time) events."""
+    last_step, last_time = events[-1][0], events[-1][2]
+    half = [(s, w) for s, _, w in events if s >= last_step / 2]
+    if len(half) < 2 or last_time <= half[0][1]:
+        return None
+    return (last_step - half[0][0]) / (last_time - half[0][1])
 
 
 def scaled(flags: str, scale: float) -> list[str]:
@@ -85,6 +110,7 @@ def run_variant(script: str, flags: list[str], out: Path, extra: str) -> dict:
         return row
     tags = scalars(out / "bench")
     row["sps"] = tags["charts/SPS"][-1][1]
+    row["steady_sps"] = steady_sps(tags["charts/SPS"]) or row["sps"]
     row["phases"] = {t.split("/")[1]: tags[t][-1][1] for t in PERF_TAGS if t in tags}
     for tag in ("perf/storage_bytes", "perf/cuda_peak_bytes"):
         if tag in tags:
@@ -115,11 +141,13 @@ def summarize(group_rows: list[list[dict]]) -> list[dict]:
         s["rounds"] = len(ok)
         s["sps_rounds"] = [r["sps"] for r in ok]
         s["sps"] = statistics.median(s["sps_rounds"]) if ok else None
+        s["steady_sps_rounds"] = [r["steady_sps"] for r in ok]
+        s["steady_sps"] = statistics.median(s["steady_sps_rounds"]) if ok else None
         s["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rows)
         out.append(s)
-    base = out[0]["sps"]
+    base = out[0]["steady_sps"]
     for s in out:
-        s["ratio"] = s["sps"] / base if s["sps"] and base else None
+        s["ratio"] = s["steady_sps"] / base if s["steady_sps"] and base else None
     return out
 
 
@@ -131,19 +159,21 @@ def phase_split(phases: dict) -> str:
 def markdown(results: dict) -> str:
     lines = [f"# Throughput ({results['mode']})", "",
              f"Machine: {results['machine']}. Date: {results['date']}. Rounds: {results['rounds']} "
-             "(variants alternate within each round; SPS is the median over rounds).", "",
+             "(variants alternate within each round; medians over rounds). SPS: whole run, as the script reports it; "
+             "steady SPS: over the second half of the run's steps; ratio: steady SPS to the group's first row.", "",
              f"Environment only (random actions, {results['env_only']['num_envs']} envs): "
              f"**{results['env_only']['sps']:.0f} SPS**", "",
-             "| variant | SPS | ratio to fixed | phase split | peak host MB | peak CUDA MB | storage MB | command |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| variant | SPS | steady SPS | ratio to first | phase split | peak host MB | peak CUDA MB | storage MB | command |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for group, rows in results["groups"].items():
         for r in rows:
             if r.get("sps") is None:
-                lines.append(f"| {r['name']} | failed | | | | | | `{r['command']}` |")
+                lines.append(f"| {r['name']} | failed | | | | | | | `{r['command']}` |")
                 continue
             cuda = f"{r['cuda_peak_bytes'] / 2**20:.0f}" if "cuda_peak_bytes" in r else "-"
             storage = f"{r['storage_bytes'] / 2**20:.1f}" if "storage_bytes" in r else "-"
-            lines.append(f"| {r['name']} | {r['sps']:.0f} | {r['ratio']:.3f} | {phase_split(r.get('phases', {}))} "
+            lines.append(f"| {r['name']} | {r['sps']:.0f} | {r['steady_sps']:.0f} | {r['ratio']:.3f} "
+                         f"| {phase_split(r.get('phases', {}))} "
                          f"| {r['peak_rss_mb']:.0f} | {cuda} | {storage} | `{r['command']}` |")
     return "\n".join(lines) + "\n"
 
@@ -152,13 +182,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small settings that finish in minutes on 2 CPU cores")
     p.add_argument("--rounds", type=int, help="alternation rounds (default: 2 quick, 3 full)")
-    p.add_argument("--groups", nargs="+", choices=("pqn", "ppo", "btr"), default=["pqn", "ppo", "btr"])
+    p.add_argument("--groups", nargs="+", choices=GROUPS,
+                   help="variant groups to run (default: pqn ppo btr with --quick, all without)")
     p.add_argument("--extra-args", default="", help="flags appended to every run, e.g. '--no-cuda'")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (smoke-testing the benchmark)")
     p.add_argument("--out", default=str(ROOT / "bench"), help="directory of results.md and results.json")
     args = p.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 3)
-    table = {g: v for g, v in configs(args.quick).items() if g in args.groups}
+    groups = args.groups or (["pqn", "ppo", "btr"] if args.quick else list(GROUPS))
+    table = {g: v for g, v in configs(args.quick).items() if g in groups}
     for g, variants in table.items():
         for name, script, _ in variants:
             if not (ROOT / script).exists():

@@ -19,12 +19,30 @@ def test_scaled_multiplies_only_total_timesteps():
 
 
 def test_summarize_medians_and_ratios():
-    rows = [[{"returncode": 0, "sps": s, "peak_rss_mb": 10.0} for s in (100, 120, 110)],
-            [{"returncode": 0, "sps": s, "peak_rss_mb": 12.0} for s in (99, 90, 105)],
+    rows = [[{"returncode": 0, "sps": s, "steady_sps": 2 * s, "peak_rss_mb": 10.0} for s in (100, 120, 110)],
+            [{"returncode": 0, "sps": s, "steady_sps": s + 99, "peak_rss_mb": 12.0} for s in (99, 90, 105)],
             [{"returncode": 1, "peak_rss_mb": 5.0}]]
     out = throughput.summarize(rows)
     assert [o["sps"] for o in out[:2]] == [110, 99] and out[2]["sps"] is None
+    assert [o["steady_sps"] for o in out[:2]] == [220, 198]
     assert out[0]["ratio"] == 1.0 and out[1]["ratio"] == pytest.approx(0.9) and out[2]["ratio"] is None
+
+
+def test_steady_sps_is_the_rate_over_the_second_half():
+    # 100 steps/s for the first 1000 steps (a slow start, e.g. compilation), then 400 steps/s.
+    events = [(s, 0.0, s / 100) for s in range(0, 1001, 100)] + [(1000 + s, 0.0, 10 + s / 400) for s in range(100, 1001, 100)]
+    assert throughput.steady_sps(events) == pytest.approx(400)
+    assert throughput.steady_sps(events[-1:]) is None  # one event: no rate
+
+
+def test_speed_groups_add_only_their_flags():
+    for quick in (True, False):
+        table = throughput.configs(quick)
+        base = table["pqn-speed"][0][2]
+        assert [flags.replace(base, "") for _, _, flags in table["pqn-speed"]] == ["", " --bf16", " --compile",
+                                                                                  " --bf16 --compile"]
+        assert table["btr-speed"][1][2] == table["btr-speed"][0][2] + " --bf16" == table["btr"][1][2] + " --bf16"
+        assert base == table["pqn"][1][2]  # the ABS row of the pqn group, L pinned at 32
 
 
 def test_quick_benchmark_pqn_group(tmp_path):
@@ -40,11 +58,11 @@ def test_quick_benchmark_pqn_group(tmp_path):
                                          "PQN + GNS, L pinned at 32"]
     assert rows[0]["ratio"] == 1.0
     for r in rows:
-        assert r["returncode"] == 0 and r["sps"] > 0 and r["peak_rss_mb"] > 50
+        assert r["returncode"] == 0 and r["sps"] > 0 and r["steady_sps"] > 0 and r["peak_rss_mb"] > 50
         assert set(r["phases"]) == {"env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"}
         assert r["command"].startswith("python ") and "--total-timesteps 819" in r["command"]
     assert rows[0]["phases"]["adapt_seconds"] == 0.0 and rows[1]["phases"]["adapt_seconds"] > 0.0
     storage = lambda L: sum(b.numel() * b.element_size() for b in pqn.allocate_storage(L, 16, (4, 84, 84), "meta").values())  # noqa: E731
     assert rows[0]["storage_bytes"] == storage(32) and rows[2]["storage_bytes"] == storage(64)
     md = (tmp_path / "results.md").read_text()
-    assert md.count("| PQN") == 4 and "Environment only" in md
+    assert md.count("| PQN") == 4 and "Environment only" in md and "| steady SPS |" in md
