@@ -119,7 +119,7 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
-    # Speed (same algorithm; see README "Speed")
+    # Speed (same algorithm; see README "Speed flags")
     bf16: bool = False
     """run the Q-network under bfloat16 autocast when acting and learning (targets, loss, divergence stay float32)"""
     compile: bool = False
