@@ -305,7 +305,7 @@ class QNetwork(nn.Module):
 
 
 def autocast(device: torch.device, bf16: bool):
-    """bfloat16 autocast on `device` with --bf16, a no-op context without; outputs are cast back to float32."""
+    """bfloat16 autocast on `device` with --bf16, a no-op context without (callers cast outputs back to float32)."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
 
