@@ -11,6 +11,11 @@ Both use the scripts' own functions, the default pqn network (4 actions, as Brea
 observations, in one process, alternating the two (the order flips every round) so that a change in
 the machine's load hits both. Reported: the median of each, and the median of the per-round ratios.
 
+Per run: each round also times one PQN update on the same batch (2 epochs x 4 minibatches, as at
+L = 32). With a measurement every K iterations, the share of time it takes is at most
+t_measure / (K * t_update + t_measure): an upper bound, because the iterations' environment steps
+and acting are left out of the denominator.
+
     OMP_NUM_THREADS=1 python bench/gns_vs_abs_cost.py --repeats 5
 """
 import argparse
@@ -38,6 +43,7 @@ def main():
     p.add_argument("--micro-batches", type=int, default=8, help="GNS: m")
     p.add_argument("--network", default="pqn")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up of each)")
+    p.add_argument("--adapt-freq", type=int, default=50, help="K of both methods, for the per-run share")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args()
@@ -80,8 +86,18 @@ def main():
         return time.perf_counter() - t0
 
     load0 = os.getloadavg()
-    abs_measure(), gns_measure()  # warm-up
-    t_abs, t_gns = [], []
+    learner = copy.deepcopy(q)
+    optimizer = torch.optim.RAdam(learner.parameters(), lr=2.5e-4)
+
+    def update():  # abs_pqn_atari.py's pqn_update at L = 32: 2 epochs x 4 minibatches of B / 4
+        sync()
+        t0 = time.perf_counter()
+        abs_pqn.pqn_update(learner, optimizer, obs, actions, returns, valid, 2, 4, 10.0)
+        sync()
+        return time.perf_counter() - t0
+
+    abs_measure(), gns_measure(), update()  # warm-up
+    t_abs, t_gns, t_update = [], [], []
     for r in range(a.repeats):
         if r % 2 == 0:
             t_abs.append(abs_measure())
@@ -89,7 +105,10 @@ def main():
         else:
             t_gns.append(gns_measure())
             t_abs.append(abs_measure())
-        print(f"round {r}: ABS {t_abs[-1]:.3f} s  GNS {t_gns[-1]:.3f} s  ratio {t_gns[-1] / t_abs[-1]:.2f}", flush=True)
+        t_update.append(update())
+        print(f"round {r}: ABS {t_abs[-1]:.3f} s  GNS {t_gns[-1]:.3f} s  ratio {t_gns[-1] / t_abs[-1]:.2f}  "
+              f"update {t_update[-1]:.3f} s", flush=True)
+    K, upd = a.adapt_freq, statistics.median(t_update)
     res = {
         "batch": B, "abs_states": a.ref_batch_size, "gns_micro_batches": a.micro_batches, "network": a.network,
         "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -99,11 +118,16 @@ def main():
         "abs_median_s": statistics.median(t_abs), "gns_median_s": statistics.median(t_gns),
         "ratio_of_medians": statistics.median(t_gns) / statistics.median(t_abs),
         "median_round_ratio": statistics.median(g / b for g, b in zip(t_gns, t_abs)),
+        "update_seconds": t_update, "update_median_s": upd, "adapt_freq": K,
+        "abs_run_share_max": statistics.median(t_abs) / (K * upd + statistics.median(t_abs)),
+        "gns_run_share_max": statistics.median(t_gns) / (K * upd + statistics.median(t_gns)),
     }
     print(f"B = {B}: ABS (M = {a.ref_batch_size}) median {res['abs_median_s']:.3f} s, GNS (m = {a.micro_batches}) "
           f"median {res['gns_median_s']:.3f} s; GNS / ABS = {res['ratio_of_medians']:.2f} (median of per-round "
           f"ratios {res['median_round_ratio']:.2f}); {res['threads']} torch thread(s), load {load0[0]:.1f} -> "
           f"{res['loadavg_end'][0]:.1f}")
+    print(f"per run at K = {K}: one update {upd:.3f} s; ABS takes at most {100 * res['abs_run_share_max']:.2f}% "
+          f"of the time, GNS at most {100 * res['gns_run_share_max']:.2f}% (environment and acting time excluded)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

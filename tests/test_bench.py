@@ -66,3 +66,19 @@ def test_quick_benchmark_pqn_group(tmp_path):
     assert rows[0]["storage_bytes"] == storage(32) and rows[2]["storage_bytes"] == storage(64)
     md = (tmp_path / "results.md").read_text()
     assert md.count("| PQN") == 4 and "Environment only" in md and "| steady SPS |" in md
+
+
+def test_gns_vs_abs_cost_reports_per_call_and_per_run_shares(tmp_path):
+    out = tmp_path / "cost.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gns_vs_abs_cost.py"), "--num-envs", "8",
+                        "--num-steps", "4", "--ref-batch-size", "16", "--micro-batches", "4", "--repeats", "2",
+                        "--adapt-freq", "10", "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["batch"] == 32 and len(res["abs_seconds"]) == len(res["gns_seconds"]) == len(res["update_seconds"]) == 2
+    t_abs, t_gns, upd = res["abs_median_s"], res["gns_median_s"], res["update_median_s"]
+    assert min(t_abs, t_gns, upd) > 0
+    assert res["abs_run_share_max"] == pytest.approx(t_abs / (10 * upd + t_abs))
+    assert res["gns_run_share_max"] == pytest.approx(t_gns / (10 * upd + t_gns))
+    assert "per run at K = 10" in p.stdout
