@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -159,6 +160,8 @@ def validate_args(args: Args) -> None:
         raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
     if not 0.0 <= args.eval_epsilon <= 1.0:
         raise ValueError(f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
+    if args.compile and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
+        raise ValueError("--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found")
 
 
 # ---------------------------------------------------------------- the GNS schedule

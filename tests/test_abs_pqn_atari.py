@@ -276,6 +276,18 @@ def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, nee
     assert not out.exists()
 
 
+def test_compile_without_a_compiler_is_a_one_line_error(tmp_path):
+    out = tmp_path / "out"
+    env = {**ENV, "PATH": str(tmp_path), "CXX": "no-such-compiler"}  # nothing on PATH: no g++, no clang++
+    p = subprocess.run([sys.executable, SCRIPT, "--compile", "--output-dir", str(out)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env=env)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "error: --compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"]
+    assert not out.exists()
+    args, _ = pqn.parse_args(["--compile"])  # this machine has one
+    assert args.compile
+
+
 # ------------------------------------------------------------------ end to end on envpool
 def check_eval_json(path, args_expected, total):
     res = json.loads(path.read_text())
