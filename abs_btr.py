@@ -868,8 +868,8 @@ if __name__ == "__main__":
     def save_checkpoint(path=checkpoint_path):
         state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
                  "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
-                 "grad_steps": grad_steps, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
-                 "run_name": args.run_name}
+                 "grad_steps": grad_steps, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
+                 "args": vars(args), "run_name": args.run_name}
         if args.checkpoint_buffer:
             state["replay"] = replay.state_dict()
         atomic_torch_save(path, state)
@@ -889,7 +889,10 @@ if __name__ == "__main__":
     ep_return = np.zeros(E)
     recent_returns = deque(maxlen=20)
     finished_returns, finished_lengths, losses, mean_qs = [], [], [], []
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
     perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
+    if checkpoint is not None:
+        perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print, vector_steps = time.time(), global_step, 0.0, 0
     measuring = args.adapt or args.track_divergence
     ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)

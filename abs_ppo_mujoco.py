@@ -547,8 +547,8 @@ if __name__ == "__main__":
         atomic_torch_save(path, {
             "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "normalization": normalization_state(envs), "global_step": global_step,
-            "iteration": iteration, "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args),
-            "run_name": args.run_name})
+            "iteration": iteration, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
+            "args": vars(args), "run_name": args.run_name})
 
     stop_signal = []
 
@@ -564,7 +564,10 @@ if __name__ == "__main__":
     # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
     next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=20)
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
     perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    if checkpoint is not None:
+        perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print = time.time(), global_step, 0.0
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:

@@ -520,7 +520,8 @@ if __name__ == "__main__":
         atomic_torch_save(path, {
             "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
-            "train_seconds": train_seconds, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name})
+            "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device), "args": vars(args),
+            "run_name": args.run_name})
 
     stop_signal = []
 
@@ -537,7 +538,10 @@ if __name__ == "__main__":
     prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
     ep_return = np.zeros(E)
     recent_returns = deque(maxlen=20)
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
     perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    if checkpoint is not None:
+        perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print = time.time(), global_step, 0.0
     epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
     while global_step < args.total_timesteps:

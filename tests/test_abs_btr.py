@@ -348,7 +348,10 @@ def test_abs_run_then_resume_with_buffer(tmp_path):
     after = [s for s, _ in tags["losses/td_loss"] if s > 720]
     assert after and min(after) <= 720 + 5 * 8
     assert json.loads((run_dir / "eval_results.json").read_text())["global_step"] == 880
-    assert "replay" in torch.load(run_dir / "checkpoint.pt", weights_only=False)  # --checkpoint-buffer is kept
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert "replay" in ckpt  # --checkpoint-buffer is kept
+    sums = [v for _, v in tags["perf/update_seconds"]]  # carried across the resume, not restarted at 0
+    assert sums == sorted(sums) and sums[-1] == pytest.approx(ckpt["perf"]["update"])
 
 
 def test_no_adapt_impala_run_then_resume_without_buffer_refills(tmp_path):

@@ -301,6 +301,9 @@ def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     sps_steps = [s for s, _ in scalars(copy_dir)["charts/SPS"]]
     assert sps_steps == sorted(set(sps_steps)) and sps_steps[-1] == res["global_step"]
     assert any(s > first_step for s in sps_steps)
+    sums = [v for _, v in scalars(copy_dir)["perf/update_seconds"]]  # carried across the resume, not restarted at 0
+    assert sums == sorted(sums) and sums[-1] == pytest.approx(second["perf"]["update"])
+    assert second["perf"]["update"] > first["perf"]["update"] > 0
 
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path):

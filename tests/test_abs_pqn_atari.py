@@ -368,6 +368,12 @@ def test_resume_continues_step_count_and_run_dir(tmp_path):
     steps = [s for s, _ in scalars(tmp_path / "r")["adapt/num_steps"]]
     assert steps == sorted(steps) and steps[-1] > first_step
     assert first_step in steps  # the rows of the checkpoint's own step survive the resume's purge
+    # The perf/* sums continue from the checkpoint's instead of restarting at 0.
+    assert set(ckpt["perf"]) == {"env", "inference", "update", "adapt"} and ckpt["perf"]["update"] > 0
+    assert all(ckpt2["perf"][k] > v for k, v in ckpt["perf"].items())
+    for tag in ("perf/env_seconds", "perf/update_seconds", "perf/adapt_seconds"):
+        sums = [v for _, v in scalars(tmp_path / "r")[tag]]
+        assert sums == sorted(sums) and sums[-1] == pytest.approx(ckpt2["perf"][tag.split("/")[1].split("_")[0]]), tag
 
 
 def test_sigterm_checkpoints_and_resume_finishes(tmp_path):

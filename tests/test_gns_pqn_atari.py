@@ -403,9 +403,11 @@ def test_resume_continues_step_count_L_and_run_dir(gns_run, tmp_path):
     rows = scalars(run_dir)["adapt/num_steps"]
     steps = [s for s, _ in rows]
     assert steps == sorted(steps)
-    # Every iteration has its row, before and after the checkpoint's step (the row at exactly that step is
-    # not checked: the writer's purge_step=global_step drops it on resume, as in abs_pqn_atari.py).
-    assert sum(s < first_step for s in steps) == ckpt["iteration"] - 1
+    # Every iteration has its row, the checkpoint's own step included (the resume purges only later rows).
+    assert sum(s < first_step for s in steps) == ckpt["iteration"] - 1 and first_step in steps
     assert sum(s > first_step for s in steps) == ckpt2["iteration"] - ckpt["iteration"]
     after = [s for s in steps if s > first_step]
     assert after[0] == first_step + 8 * first_L  # the first resumed iteration used the checkpoint's L
+    sums = [v for _, v in scalars(run_dir)["perf/adapt_seconds"]]  # carried across the resume, not restarted at 0
+    assert sums == sorted(sums) and sums[-1] == pytest.approx(ckpt2["perf"]["adapt"])
+    assert ckpt2["perf"]["adapt"] > ckpt["perf"]["adapt"] > 0
