@@ -954,10 +954,7 @@ if __name__ == "__main__":
             if ref_states is not None and grad_steps == measure_at:
                 t0 = time.perf_counter()
                 delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
-                if args.adapt:
-                    scheduler.update(delta)
-                else:
-                    scheduler.history.append(delta)
+                scheduler.update(delta)  # with --no-adapt L_min = L_max: delta is recorded, the batch stays
                 ref_states = None
                 perf["adapt"] += time.perf_counter() - t0
                 writer.add_scalar("adapt/divergence", delta, global_step)

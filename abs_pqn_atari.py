@@ -601,10 +601,7 @@ if __name__ == "__main__":
             t0 = time.perf_counter()
             ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
             delta = behavioral_divergence(q_network, snapshot, b_obs[ref])
-            if args.adapt:
-                scheduler.update(delta)
-            else:
-                scheduler.history.append(delta)
+            scheduler.update(delta)  # with --no-adapt L_min = L_max: delta is recorded, the batch stays
             perf["adapt"] += time.perf_counter() - t0
             new_L = scheduler.num_steps
             writer.add_scalar("adapt/divergence", delta, global_step)

@@ -371,6 +371,18 @@ def test_no_adapt_impala_run_then_resume_without_buffer_refills(tmp_path):
     assert after and min(after) >= 560 + 400  # nothing learned until the buffer holds --learning-starts again
 
 
+def test_no_adapt_with_track_divergence_logs_delta_and_keeps_the_batch(tmp_path):
+    p = run([*TINY, "--no-impala", "--no-adapt", "--batch-size", "32", "--track-divergence", "--total-timesteps", "560",
+             "--output-dir", "runs", "--run-name", "track"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    tags = scalars(tmp_path / "runs" / "track")
+    divergences = [v for _, v in tags["adapt/divergence"]]
+    assert len(divergences) >= 5 and all(0 <= d <= 1 for d in divergences)
+    assert {v for _, v in tags["adapt/batch_size"]} == {32}  # measured, never adapted
+    ckpt = torch.load(tmp_path / "runs" / "track" / "checkpoint.pt", weights_only=False)
+    assert ckpt["scheduler"]["num_measurements"] == len(divergences) and ckpt["scheduler"]["L"] == 32.0
+
+
 def test_bf16_run(tmp_path):
     p = run([*TINY, "--no-impala", "--bf16", "--total-timesteps", "560", "--output-dir", "runs", "--run-name", "bf16"],
             tmp_path)

@@ -277,6 +277,8 @@ def test_end_to_end_no_adapt_track_divergence(tmp_path):
     assert {int(v) for _, v in sc["adapt/num_steps"]} == {128}  # measured and logged, never adapted
     assert len(sc["adapt/kl"]) == 16
     assert "losses/approx_kl" in sc
+    ckpt = torch.load(tmp_path / "fixed" / "checkpoint.pt", weights_only=False)
+    assert ckpt["scheduler"]["num_measurements"] == 16 and ckpt["scheduler"]["L"] == 128
 
 
 def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):

@@ -350,6 +350,19 @@ def test_end_to_end_fixed_baseline_and_pqn_l(tmp_path):
     assert any(k.startswith("blocks.4.") for k in model["q_network"])
 
 
+def test_end_to_end_fixed_with_track_divergence(tmp_path):
+    p = run([*TINY, "--total-timesteps", "512", "--run-name", "track", "--no-adapt", "--num-steps", "8",
+             "--track-divergence", "--eval-episodes", "0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    tags = scalars(tmp_path / "track")
+    assert [v for _, v in tags["adapt/num_steps"]] == [8] * 8  # measured every iteration (K = 1), never adapted
+    divergences = [v for _, v in tags["adapt/divergence"]]
+    assert len(divergences) == 8 and all(0 <= d <= 1 for d in divergences)
+    ckpt = torch.load(tmp_path / "track" / "checkpoint.pt", weights_only=False)
+    assert ckpt["scheduler"]["num_measurements"] == 8 and ckpt["scheduler"]["L"] == 8.0
+    assert ckpt["scheduler"]["history"] == pytest.approx(divergences[-2:])  # the window W = 2
+
+
 def test_resume_continues_step_count_and_run_dir(tmp_path):
     p = run([*TINY, "--total-timesteps", "1200", "--run-name", "r", "--eval-episodes", "0"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
