@@ -937,6 +937,7 @@ if __name__ == "__main__":
                 loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
             except NonFiniteLoss as e:
                 failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
+                train_seconds += time.time() - start_time  # up to now, like the perf sums
                 save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
                 print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
                       "Start again with a lower --learning-rate.", file=sys.stderr)

@@ -612,6 +612,7 @@ if __name__ == "__main__":
                                advantages.reshape(-1), b_returns, b_values, epochs, args)
         except NonFiniteLoss as e:
             failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
+            train_seconds += time.time() - start_time  # up to now, like the perf sums
             save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
             print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
                   "Start again with a lower --learning-rate.", file=sys.stderr)

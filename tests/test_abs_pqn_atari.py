@@ -418,6 +418,8 @@ def test_non_finite_loss_stops_with_checkpoint(tmp_path):
     # The saved weights are those before the failing step: the failure was caught before it was applied.
     assert all(torch.isfinite(v).all() for v in failed["q_network"].values())
     assert not (tmp_path / "nan" / "eval_results.json").exists()
+    # Its clock runs up to the failure (it once kept the last checkpoint's, here none: 0).
+    assert failed["train_seconds"] >= sum(failed["perf"].values()) > 0
 
 
 def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path):
