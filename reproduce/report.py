@@ -153,9 +153,9 @@ def read_run(label: str, run_dir: Path) -> Run:
     r = json.loads((run_dir / "eval_results.json").read_text())
     args, ev = r.get("args", {}), r["eval"]
     env_id = r.get("env_id") or args["env_id"]
-    if not ev.get("returns") and "mean" not in ev:
+    if ev.get("mean") is None and not ev.get("returns"):  # a run with --eval-episodes 0 writes "mean": null
         raise ValueError("no evaluation episodes")
-    score = float(ev["mean"]) if "mean" in ev else float(np.mean(ev["returns"]))
+    score = float(ev["mean"]) if ev.get("mean") is not None else float(np.mean(ev["returns"]))
     if not np.isfinite(score):
         raise ValueError(f"non-finite evaluation score {score}")
     total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)

@@ -83,6 +83,23 @@ def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finis
             "args": {"env_id": env_id, "seed": seed, "adapt": adapt}}))
 
 
+def test_read_run_scores_from_the_mean_or_the_returns_and_names_an_empty_evaluation(tmp_path):
+    write_run(tmp_path / "a", "Amidar-v5", 1, 250.0)
+    assert report.read_run("ABS", tmp_path / "a").score == 250.0
+    res = json.loads((tmp_path / "a" / "eval_results.json").read_text())
+    res["eval"] = {"episodes": 2, "returns": [100.0, 300.0], "mean": None}  # mean null: use the returns
+    (tmp_path / "a" / "eval_results.json").write_text(json.dumps(res))
+    assert report.read_run("ABS", tmp_path / "a").score == 200.0
+    # What a script writes with --eval-episodes 0: null statistics, no returns.
+    res["eval"] = {"episodes": 0, "returns": [], "lengths": [], "mean": None, "std": None, "median": None,
+                   "min": None, "max": None, "capped": 0}
+    (tmp_path / "a" / "eval_results.json").write_text(json.dumps(res))
+    with pytest.raises(ValueError, match="no evaluation episodes"):
+        report.read_run("ABS", tmp_path / "a")
+    _, skipped = report.find_runs("ABS", tmp_path)
+    assert len(skipped) == 1 and "no evaluation episodes" in skipped[0]
+
+
 @pytest.fixture(scope="module")
 def fixture_runs(tmp_path_factory):
     """ABS: Amidar and Qbert, seeds 1-2, adapt/* tags, flat layout. Small: Amidar only, sweep layout,
