@@ -655,7 +655,7 @@ if __name__ == "__main__":
             last_print = now
             eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
+            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {L} "
                   f"| kl_bar {scheduler.delta_bar:.4f} | epochs {epochs} | return {ret} "
                   f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 

@@ -539,7 +539,6 @@ if __name__ == "__main__":
     if checkpoint is not None:
         perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print = time.time(), global_step, 0.0
-    epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps

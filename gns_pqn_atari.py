@@ -543,7 +543,6 @@ if __name__ == "__main__":
     if checkpoint is not None:
         perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print = time.time(), global_step, 0.0
-    epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)

@@ -50,7 +50,7 @@ def configs(quick: bool) -> dict:
     pinned = f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"
     return {
         "pqn": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
-                ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"),
+                ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", pinned),
                 ("PQN + ABS, L in [16, 64]", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K}"),
                 ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py", f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
         "ppo": [("PPO fixed L=2048", "abs_ppo_mujoco.py", f"{ppo} --no-adapt --num-steps 2048"),
@@ -137,7 +137,7 @@ def summarize(group_rows: list[list[dict]]) -> list[dict]:
     out = []
     for rows in group_rows:
         ok = [r for r in rows if r["returncode"] == 0]
-        s = dict(rows[-1])
+        s = dict(ok[-1] if ok else rows[-1])  # phases, storage and command of a round that worked
         s["rounds"] = len(ok)
         s["sps_rounds"] = [r["sps"] for r in ok]
         s["sps"] = statistics.median(s["sps_rounds"]) if ok else None
