@@ -208,7 +208,7 @@ def test_noisy_layers_noise_off_is_deterministic_and_resampling_changes_outputs(
         b = net(states, taus)
     assert not torch.allclose(a, b)  # noise on: resampling changes the quantiles
     other = abs_btr.BTRNetwork(4, tiny_args())
-    assert abs_btr.behavioral_divergence(greedy, greedy, states) == 0.0
+    assert abs_btr.behavioral_divergence(greedy, abs_btr.GreedyQ(copy.deepcopy(net)), states) == 0.0
     assert 0.0 < abs_btr.behavioral_divergence(greedy, abs_btr.GreedyQ(other), states) <= 1.0
 
 
@@ -273,7 +273,8 @@ def test_batch_schedule_range_rounding_burn_in_and_ema():
         assert b % 32 == 0 and 128 <= b <= 512
     assert abs_btr.round_to_multiple(s.L, 32) == 512  # the float state reaches the top (no int() truncation)
     s.update(0.95)  # window mean (0.01 + 0.01 + 0.95) / 3
-    target = abs_btr.divergence_to_length(0.97 / 3, 128, 512, 0.05, 0.95)
+    target = 512 - 384 * math.log((0.97 / 3) / 0.05) / math.log(0.95 / 0.05)  # the log mapping, by hand
+    assert target == pytest.approx(268.56, abs=0.01)
     assert math.isclose(s.L, 0.9 * L + 0.1 * target)
     for _ in range(200):
         s.update(1.0)

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -184,14 +185,23 @@ def test_normalization_shared_and_restored():
     fresh.close()
 
 
-def test_evaluate_uses_frozen_statistics():
+def test_evaluate_uses_frozen_statistics(monkeypatch):
+    made = []
+    make_env = ppo.make_env
+    monkeypatch.setattr(ppo, "make_env", lambda *a, **k: made.append(make_env(*a, **k)) or made[-1])
     torch.manual_seed(0)
     agent = ppo.Agent(4, 1)
     obs_rms = {"mean": np.array([0.1, -0.2, 0.0, 0.3]), "var": np.array([0.5, 2.0, 1.0, 3.0]), "count": 123.0}
     first = ppo.evaluate(agent, ENV, 2, obs_rms, seed=5, device=torch.device("cpu"))
-    second = ppo.evaluate(agent, ENV, 2, obs_rms, seed=5, device=torch.device("cpu"))
-    assert first == second and len(first[0]) == 2  # deterministic policy, statistics not updated
-    assert obs_rms["count"] == 123.0
+    assert len(first[0]) == 2 and sum(first[1]) > 2
+    # The evaluation env's own statistics are the given ones and were not updated by its episodes' observations.
+    rms = ppo.find_wrapper(made[-1], gym.wrappers.NormalizeObservation).obs_rms
+    assert rms.count == 123.0
+    np.testing.assert_array_equal(rms.mean, obs_rms["mean"])
+    np.testing.assert_array_equal(rms.var, obs_rms["var"])
+    assert ppo.evaluate(agent, ENV, 2, obs_rms, seed=5, device=torch.device("cpu")) == first  # deterministic
+    other = {**obs_rms, "mean": obs_rms["mean"] + 1.0}  # the statistics are applied: other ones act differently
+    assert ppo.evaluate(agent, ENV, 2, other, seed=5, device=torch.device("cpu"))[0] != first[0]
 
 
 # ---------------------------------------------------------------- command-line validation

@@ -422,12 +422,15 @@ def test_non_finite_loss_stops_with_checkpoint(tmp_path):
     assert failed["train_seconds"] >= sum(failed["perf"].values()) > 0
 
 
-def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path):
+def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path, capsys):
     p = run([*TINY, "--total-timesteps", "64", "--run-name", "w", "--eval-episodes", "0"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     ckpt = str(tmp_path / "w" / "checkpoint.pt")
     args, checkpoint = pqn.parse_args(["--resume", ckpt, "--learning-rate", "1e-4", "--total-timesteps", "128"])
     assert args.learning_rate == 2.5e-4 and args.total_timesteps == 128 and args.num_envs == 8
+    err = capsys.readouterr().err  # the overridden algorithm flag is named; the run-control one is not
+    assert "warning: --resume keeps the checkpoint's algorithm flags" in err and "--learning-rate 0.0001" in err
+    assert "--total-timesteps" not in err
     bad = tmp_path / "bad.pt"
     bad.write_text("not a checkpoint")
     p = run(["--resume", str(bad)], tmp_path)
