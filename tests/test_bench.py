@@ -82,3 +82,29 @@ def test_gns_vs_abs_cost_reports_per_call_and_per_run_shares(tmp_path):
     assert res["abs_run_share_max"] == pytest.approx(t_abs / (10 * upd + t_abs))
     assert res["gns_run_share_max"] == pytest.approx(t_gns / (10 * upd + t_gns))
     assert "per run at K = 10" in p.stdout
+
+
+def test_gpu_groups_are_the_paper_settings_and_weights():
+    table = throughput.configs(False)
+    pqn_rows, btr_rows = table["pqn-gpu"], table["btr-gpu"]
+    assert all("--num-envs 128" in f and "Breakout-v5" in f for _, _, f in pqn_rows)
+    assert pqn_rows[0][2].endswith("--no-adapt --num-steps 32") and "--adapt-freq 50" in pqn_rows[2][2]
+    assert pqn_rows[4][2] == pqn_rows[1][2] + " --bf16" and pqn_rows[5][2] == pqn_rows[1][2] + " --compile"
+    assert pqn_rows[3][1] == "gns_pqn_atari.py" and "--gns-freq 50" in pqn_rows[3][2]
+    # BTR: the default network and batch range (no --no-impala, no --batch-size flags), fixed vs ABS vs --bf16
+    assert btr_rows[0][2] == btr_rows[1][2] + " --no-adapt" and btr_rows[2][2] == btr_rows[1][2] + " --bf16"
+    assert "--no-impala" not in btr_rows[1][2] and "--batch-size" not in btr_rows[1][2]
+    assert [throughput.weight(s, f) for _, s, f in pqn_rows + btr_rows] == [1, 1, 1, 1, 1, 3, 2, 2, 2]
+    assert throughput.with_steps(["--a", "1", "--total-timesteps", "9"], 5) == ["--a", "1", "--total-timesteps", "5"]
+
+
+def test_time_limit_stops_a_run_that_still_counts(tmp_path):
+    """A run stopped by SIGTERM at its time limit checkpoints, exits 143, and keeps its SPS and the steps reached."""
+    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 45 s
+    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=45)
+    assert row["stopped"] and row["returncode"] == 143, row.get("error")
+    assert 0 < row["steps"] < 1638400 and row["steps"] % (16 * 32) == 0 and row["sps"] > 0 and row["steady_sps"] > 0
+    assert 45 <= row["wall_seconds"] < 45 + 30
+    assert (tmp_path / "bench" / "checkpoint.pt").exists()
+    summary = throughput.summarize([[row]])[0]
+    assert summary["stopped_rounds"] == 1 and summary["sps"] == row["sps"] and "cuda_peak_bytes" not in summary
