@@ -108,3 +108,27 @@ def test_time_limit_stops_a_run_that_still_counts(tmp_path):
     assert (tmp_path / "bench" / "checkpoint.pt").exists()
     summary = throughput.summarize([[row]])[0]
     assert summary["stopped_rounds"] == 1 and summary["sps"] == row["sps"] and "cuda_peak_bytes" not in summary
+
+
+def test_gpu_summary_counts_verdicts_and_names_the_key_numbers(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import summary
+
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_cuda" name="test_a"/>'
+        '<testcase classname="tests.test_cuda" name="test_b"><failure message="assert 1 == 2&#10;more">x</failure>'
+        '</testcase><testcase classname="tests.test_cuda" name="test_c"><skipped message="no CUDA"/></testcase>'
+        '</testsuite></testsuites>')
+    counts, problems = summary.test_verdicts(tmp_path / "tests.xml")
+    assert counts == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
+    assert problems == ["failed: `test_b`: assert 1 == 2"]
+    assert summary.test_verdicts(tmp_path / "missing.xml")[1][0].startswith("no tests.xml")
+    rows = [{"name": "PQN fixed L=32", "sps": 1000.0, "steady_sps": 1100.0, "ratio": 1.0, "cuda_peak_bytes": 2**30},
+            {"name": "PQN + ABS", "sps": 990.0, "steady_sps": 1045.0, "ratio": 0.95, "stopped_rounds": 1},
+            {"name": "PQN + GNS", "sps": None, "error": "Traceback\nRuntimeError: boom"}]
+    lines = summary.key_numbers({"env_only": {"num_envs": 128, "sps": 25000.0}, "groups": {"pqn-gpu": rows}})
+    assert lines == ["- envpool alone, 128 envs, random actions (the ceiling): **25000 SPS**",
+                     "- PQN fixed L=32: 1000 SPS, steady **1100**, peak CUDA 1024 MiB",
+                     "- PQN + ABS: 990 SPS, steady **1045**, 0.950 x PQN fixed L=32, stopped at its time limit in 1 round(s)",
+                     "- PQN + GNS: **no result** (RuntimeError: boom)"]

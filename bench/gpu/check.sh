@@ -29,7 +29,7 @@ if [ "$REHEARSE" = 1 ]; then
   say "rehearsal: fresh venv $VENV"
   python3 -m venv "$VENV" || exit 1
   "$VENV/bin/python" -m pip install -q torch==2.13.0 'numpy>=1.26,<3' tensorboard pytest absl-py attrs wrapt \
-    cloudpickle packaging typing-extensions 2>&1 | grep -v "^WARNING: Location" || true
+    cloudpickle packaging typing-extensions >"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; exit 1; }
   PY=$VENV/bin/python
 else
   TAG=cp312 DEVICE=cuda SIZE= TESTS_S=${CHECK_TESTS_S:-210}
