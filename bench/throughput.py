@@ -13,11 +13,12 @@ charts/SPS events, which is what an hours-long run sees. Both are medians over r
 ratio is its steady SPS over that of its group's first row measured in the same rounds.
 The speed groups (pqn-speed, btr-speed) compare the --bf16 / --compile flags with float32 eager; the GPU
 groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each.
-With --budget the whole benchmark keeps to a number of seconds: each run gets its share (a --compile run
-three, a BTR run two, any other one) and is stopped with SIGTERM when that is used up (the scripts
-checkpoint and exit 143; its SPS events count, its peak CUDA memory, logged only at a normal end, is
-missing). A run stopped so gives the next round's run of that variant 85% of the steps it reached, so
-later rounds end normally within their share.
+With --budget the whole benchmark keeps to a number of seconds: each run gets its shares (a --compile
+run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
+with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
+its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 30 s later).
+A run stopped so gives the next round's run of that variant 85% of the steps it reached, so later rounds
+end normally within their share. A run that would start with less than half its share left is skipped.
 An environment-only row (random actions through the same envpool setup) is the ceiling.
 Writes bench/results.md and bench/results.json (or --out DIR).
 """
@@ -37,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
+MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
              "perf/replay_seconds")  # replay: BTR only
 
@@ -141,12 +143,14 @@ def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit
         if pid:
             break
         elapsed = time.time() - t0
-        if not stopped and elapsed > time_limit:
+        # SIGTERM only once the training loop runs (its first progress line): the scripts' handler is set by then.
+        if not stopped and elapsed > time_limit and "step " in (out / "log.txt").read_text():
             proc.send_signal(signal.SIGTERM)
             stopped = True
-        elif stopped and elapsed > time_limit + kill_after:
+        elif elapsed > time_limit + kill_after:
             proc.kill()
-        time.sleep(0.1)
+            stopped = True
+        time.sleep(0.2)
     proc.returncode = os.waitstatus_to_exitcode(status)
     log.close()
     row = {"command": shlex.join(["python", script, *flags, *shlex.split(extra)]),
@@ -213,8 +217,9 @@ def markdown(results: dict) -> str:
              f"Machine: {results['machine']}. Date: {results['date']}. Rounds: {results['rounds']} "
              "(variants alternate within each round; medians over rounds). SPS: whole run, as the script reports it; "
              "steady SPS: over the second half of the run's steps; ratio: steady SPS to the group's first row.", "",
-             f"Environment only (random actions, {results['env_only']['num_envs']} envs): "
-             f"**{results['env_only']['sps']:.0f} SPS**", "",
+             f"Environment only (random actions, {results['env_only']['num_envs']} envs): " +
+             (f"**{results['env_only']['sps']:.0f} SPS**" if results["env_only"]["sps"] is not None
+              else f"failed ({results['env_only'].get('error')})"), "",
              "| variant | SPS | steady SPS | ratio to first | phase split | peak host MB | peak CUDA MB | storage MB | command |",
              "|---|---|---|---|---|---|---|---|---|"]
     if results.get("budget_seconds"):
@@ -257,8 +262,12 @@ def main(argv=None):
     words = {g: [scaled(flags, args.scale) for _, _, flags in v] for g, v in table.items()}
     limits = {g: [None] * len(v) for g, v in table.items()}
     if args.budget:  # 10 s of it kept for the environment-only row and the tables
-        total_weight = rounds * sum(weight(s, f) for v in table.values() for _, s, f in v)
-        limits = {g: [(args.budget - 10) * weight(s, f) / total_weight for _, s, f in v] for g, v in table.items()}
+        weights = sum(weight(s, f) for v in table.values() for _, s, f in v)
+        # fewer rounds rather than runs too short to pass their start-up (at least MIN_SHARE s per weight)
+        rounds = max(1, min(rounds, int((args.budget - 10) / (weights * MIN_SHARE))))
+        limits = {g: [(args.budget - 10) * weight(s, f) / (rounds * weights) for _, s, f in v] for g, v in table.items()}
+        print(f"budget {args.budget:.0f} s: {rounds} round(s), {(args.budget - 10) / (rounds * weights):.1f} s per share",
+              flush=True)
     if args.keep_logs:
         os.makedirs(args.keep_logs, exist_ok=True)
     deadline = time.time() + (args.budget or float("inf")) - 10
@@ -295,15 +304,20 @@ def main(argv=None):
         "budget_seconds": args.budget,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, " + gpu_name(),
-        "env_only": {"num_envs": num_envs, "sps": env_only_sps("Breakout-v5", num_envs, 20 * num_envs * 32)},
+        "env_only": {"num_envs": num_envs, "sps": None},
         "groups": {g: summarize(rows) for g, rows in measured.items()},
     }
+    try:
+        results["env_only"]["sps"] = env_only_sps("Breakout-v5", num_envs, 20 * num_envs * 32)
+    except Exception as e:  # still write the rows measured so far
+        results["env_only"]["error"] = f"{type(e).__name__}: {e}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(markdown(results))
     print(markdown(results))
     failed = [r["name"] for rows in results["groups"].values() for r in rows if r.get("sps") is None]
+    failed += ["environment only"] if results["env_only"]["sps"] is None else []
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -117,17 +117,6 @@ def test_pqn_abs_end_to_end_on_device(device, tmp_path):
         assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(pqn.QNetwork(4))
 
 
-def test_pqn_bf16_compile_end_to_end_on_device(device, tmp_path):
-    # --compile on the GPU only: on a small CPU, torch.compile's C++ builds take minutes (the CPU test suite
-    # checks --compile in tests/test_abs_pqn_atari.py), so the rehearsal runs this with --bf16 alone.
-    fast = ["--bf16", "--compile"] if device.type == "cuda" else ["--bf16"]
-    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--total-timesteps", "1500", "--eval-episodes", "1", *fast,
-                                        "--run-name", "fast"], tmp_path, device)
-    res = json.loads((tmp_path / "fast" / "eval_results.json").read_text()) if p.returncode == 0 else {}
-    check_run(p, tmp_path / "fast", device, "abs_pqn_atari", 1500, 1)
-    assert res["args"]["bf16"] is True and res["args"]["compile"] is (device.type == "cuda")
-
-
 def test_gns_end_to_end_on_device(device, tmp_path):
     argv = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "1",
             "--num-steps-max", "8", "--gns-freq", "1", "--gns-micro-batches", "2", "--exploration-fraction", "1",
@@ -301,3 +290,15 @@ def test_storage_targets_and_update_stay_on_the_device(device):
     assert all(opt.state[p]["exp_avg_sq"].device.type == device.type for p in net.parameters())
     if device.type == "cuda":  # the update's activations and optimiser state were allocated on the GPU
         assert torch.cuda.max_memory_allocated() > before + 2 * param_bytes(net)
+
+
+# ---------------------------------------------------------------- last: compilation takes the longest
+def test_pqn_bf16_compile_end_to_end_on_device(device, tmp_path):
+    # --compile on the GPU only: on a small CPU, torch.compile's C++ builds take minutes (the CPU test suite
+    # checks --compile in tests/test_abs_pqn_atari.py), so the rehearsal runs this with --bf16 alone.
+    fast = ["--bf16", "--compile"] if device.type == "cuda" else ["--bf16"]
+    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--total-timesteps", "1500", "--eval-episodes", "1", *fast,
+                                        "--run-name", "fast"], tmp_path, device)
+    res = json.loads((tmp_path / "fast" / "eval_results.json").read_text()) if p.returncode == 0 else {}
+    check_run(p, tmp_path / "fast", device, "abs_pqn_atari", 1500, 1)
+    assert res["args"]["bf16"] is True and res["args"]["compile"] is (device.type == "cuda")

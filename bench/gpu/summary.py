@@ -30,8 +30,9 @@ def test_verdicts(xml_path: Path) -> tuple[dict, list[str]]:
 
 def key_numbers(results: dict) -> list[str]:
     """One line per benchmark row that answers a question: SPS, ratio to the group's first row, peak CUDA memory."""
-    lines = [f"- envpool alone, {results['env_only']['num_envs']} envs, random actions (the ceiling): "
-             f"**{results['env_only']['sps']:.0f} SPS**"]
+    env = results["env_only"]
+    lines = [f"- envpool alone, {env['num_envs']} envs, random actions (the ceiling): " +
+             (f"**{env['sps']:.0f} SPS**" if env["sps"] is not None else f"**no result** ({env.get('error')})")]
     for rows in results["groups"].values():
         base = rows[0]
         for r in rows:
