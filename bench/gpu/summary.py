@@ -37,10 +37,11 @@ def key_numbers(results: dict) -> list[str]:
         base = rows[0]
         for r in rows:
             if r.get("sps") is None:
-                lines.append(f"- {r['name']}: **no result** ({(r.get('error') or 'failed').strip().splitlines()[-1][:200]})")
+                why = (r.get("error") or "failed").strip().splitlines()[-1][:200]
+                lines.append(f"- {r['name']}: **no result** ({why})")
                 continue
             cuda = f", peak CUDA {r['cuda_peak_bytes'] / 2**20:.0f} MiB" if r.get("cuda_peak_bytes") else ""
-            stopped = f", stopped at its time limit in {r['stopped_rounds']} round(s)" if r.get("stopped_rounds") else ""
+            stopped = r.get("stopped_rounds") and f", stopped at its time limit in {r['stopped_rounds']} round(s)" or ""
             ratio = f", {r['ratio']:.3f} x {base['name']}" if r is not base and r.get("ratio") else ""
             lines.append(f"- {r['name']}: {r['sps']:.0f} SPS, steady **{r['steady_sps']:.0f}**{ratio}{cuda}{stopped}")
     return lines
@@ -57,7 +58,8 @@ def main(argv=None):
     out = Path(args.out)
     counts, problems = test_verdicts(out / "tests.xml")
     lines = [f"# bench/gpu/check.sh ({args.mode})", "",
-             f"Wall time of the call: {args.seconds:.0f} s. Tests exit {args.tests_rc}, benchmarks exit {args.bench_rc}.",
+             f"Wall time of the call: {args.seconds:.0f} s. Tests exit {args.tests_rc}, "
+             f"benchmarks exit {args.bench_rc}.",
              "", "## CUDA tests (tests/test_cuda.py)", "",
              ", ".join(f"{v} {k}" for k, v in counts.items()), ""]
     lines += [f"- {x}" for x in problems] + ([""] if problems else [])
@@ -65,8 +67,9 @@ def main(argv=None):
     lines += ["## Benchmarks (bench/throughput.py --groups pqn-gpu btr-gpu)", ""]
     if results_path.exists():
         results = json.loads(results_path.read_text())
-        lines += [f"Machine: {results['machine']}. Rounds: {results['rounds']}, budget {results['budget_seconds']:.0f} s.",
-                  ""] + key_numbers(results) + ["", "Full table (results.md):", ""]
+        lines += [f"Machine: {results['machine']}. Rounds: {results['rounds']}, "
+                  f"budget {results['budget_seconds']:.0f} s.", ""]
+        lines += key_numbers(results) + ["", "Full table (results.md):", ""]
         lines += (out / "results.md").read_text().splitlines()[2:]
     else:
         lines.append("no results.json: the benchmark did not finish (see bench.log)")
