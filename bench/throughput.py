@@ -16,7 +16,7 @@ groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each
 With --budget the whole benchmark keeps to a number of seconds: each run gets its shares (a --compile
 run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
 with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
-its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 30 s later).
+its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 60 s later).
 A run stopped so gives the next round's run of that variant 85% of the steps it reached, so later rounds
 end normally within their share. A run that would start with less than half its share left is skipped.
 An environment-only row (random actions through the same envpool setup) is the ceiling.
@@ -128,7 +128,7 @@ def with_steps(words: list[str], steps: int) -> list[str]:
 
 
 def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit: float | None = None,
-                kill_after: float = 30.0) -> dict:
+                kill_after: float = 60.0) -> dict:
     """One training process; its SPS, phase split, peak RSS (wait4 of that very child) and storage.
     With time_limit, the process gets SIGTERM after that many seconds (the scripts checkpoint and exit 143;
     SIGKILL kill_after seconds later) and the row counts with the steps it reached."""
@@ -285,8 +285,7 @@ def main(argv=None):
                                                "error": "skipped: the budget was spent"})
                         continue
                     limit = min(limits[g][i], left) if limits[g][i] else None
-                    row = run_variant(script, words[g][i], out, args.extra_args, limit,
-                                      kill_after=max(5.0, min(30.0, left - limit)) if limit else 30.0)
+                    row = run_variant(script, words[g][i], out, args.extra_args, limit)
                     row["name"] = name
                     measured[g][i].append(row)
                     if row["stopped"] and row.get("steps"):  # the next round ends normally, within its share

@@ -297,8 +297,8 @@ def test_pqn_bf16_compile_end_to_end_on_device(device, tmp_path):
     # --compile on the GPU only: on a small CPU, torch.compile's C++ builds take minutes (the CPU test suite
     # checks --compile in tests/test_abs_pqn_atari.py), so the rehearsal runs this with --bf16 alone.
     fast = ["--bf16", "--compile"] if device.type == "cuda" else ["--bf16"]
-    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--total-timesteps", "1500", "--eval-episodes", "1", *fast,
-                                        "--run-name", "fast"], tmp_path, device)
+    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--total-timesteps", "600", "--eval-episodes", "1",
+                                        "--eval-max-episode-steps", "100", *fast, "--run-name", "fast"], tmp_path, device)
     res = json.loads((tmp_path / "fast" / "eval_results.json").read_text()) if p.returncode == 0 else {}
-    check_run(p, tmp_path / "fast", device, "abs_pqn_atari", 1500, 1)
+    check_run(p, tmp_path / "fast", device, "abs_pqn_atari", 600, 1)
     assert res["args"]["bf16"] is True and res["args"]["compile"] is (device.type == "cuda")
