@@ -281,24 +281,27 @@ def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
 
 
 class ResidualBlock(nn.Module):
-    """Multi-Skip block: Linear-LN-ReLU-Linear-LN, plus the block's input and the global projection."""
+    """Multi-Skip block (Lee et al. 2025): relu(h + body(h)) + p, body = Linear-LN-ReLU-Linear-LN and p the
+    global skip (the head's input projection), added after the block's activation as in the authors' code."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
 
     def forward(self, h, projection):
-        return F.relu(h + self.body(h) + projection)
+        return F.relu(h + self.body(h)) + projection
 
 
 class QNetwork(nn.Module):
-    """pqn: Nature CNN + 512 LN dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head."""
+    """pqn: Nature CNN + 512 LN ReLU dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head, whose
+    input projection is Linear + LN without an activation, then the residual blocks, then the output layer."""
 
     def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
         super().__init__()
         channels, num_blocks = NETWORKS[network]
         self.encoder = nature_cnn(*channels)
-        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        activation = [nn.ReLU()] if num_blocks == 0 else []
+        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), *activation)
         self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
         self.head = nn.Linear(hidden, num_actions)
         for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
