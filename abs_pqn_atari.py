@@ -60,7 +60,9 @@ class Args:
     total_timesteps: int = 20_000_000
     """total environment steps (summed over the envs)"""
     learning_rate: float = 2.5e-4
-    """RAdam learning rate (constant)"""
+    """RAdam learning rate (constant unless --anneal-lr)"""
+    anneal_lr: bool = False
+    """anneal the learning rate linearly to 0 over --total-timesteps (as the authors' GNS code; the paper's PQN: off)"""
     num_envs: int = 128
     """number of parallel envpool environments E"""
     num_minibatches: int = 4
@@ -258,6 +260,12 @@ def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lam
         g = rewards[t] + gamma * (1.0 - terminals[t]) * (trace * g + (1.0 - trace) * next_values[t])
         returns[t] = g
     return returns
+
+
+def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
+    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
+    fraction of environment steps done (iterations vary in length), as in the authors' GNS code."""
+    return learning_rate * max(0.0, 1.0 - global_step / total_timesteps) if anneal else learning_rate
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -545,6 +553,9 @@ if __name__ == "__main__":
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
+        learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
         measure = measuring and iteration % args.adapt_freq == 0
         if measure:
@@ -623,6 +634,7 @@ if __name__ == "__main__":
             writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("charts/learning_rate", learning_rate, global_step)
         writer.add_scalar("losses/td_loss", td_loss, global_step)
         writer.add_scalar("losses/q_values", mean_q, global_step)
         for phase, seconds in perf.items():

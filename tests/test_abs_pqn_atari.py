@@ -268,6 +268,12 @@ def test_pqn_head_keeps_the_relu_after_its_dense_layer():
     assert [type(m) for m in net.projection] == [nn.Linear, nn.LayerNorm, nn.ReLU] and len(net.blocks) == 0
 
 
+def test_learning_rate_is_constant_unless_annealed():
+    assert pqn.Args().anneal_lr is False  # the paper's PQN: no annealing
+    assert pqn.learning_rate_at(2.5e-4, 300, 1200, False) == 2.5e-4
+    assert pqn.learning_rate_at(2.5e-4, 300, 1200, True) == pytest.approx(2.5e-4 * 0.75, rel=1e-12)
+
+
 def test_rollout_storage_at_L_max_128_under_half_a_gigabyte():
     storage = pqn.allocate_storage(128, 128, (4, 84, 84), "meta")
     assert storage["obs"].dtype == torch.uint8
