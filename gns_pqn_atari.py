@@ -88,7 +88,7 @@ class Args:
     num_steps: int = 32
     """rollout length L when --no-adapt"""
     num_steps_min: int = 16
-    """L_min, the shortest rollout GNS uses (and the length before the first estimate)"""
+    """L_min, the shortest rollout GNS uses (and the length before the first estimate unless --gns-start-steps)"""
     num_steps_max: int = 64
     """L_max, the longest rollout GNS uses (storage is allocated at this length)"""
     gns_freq: int = 50
