@@ -333,9 +333,9 @@ def measurement_offset(divergence_offset: Optional[int], target_network_frequenc
 def measurement_starts(grad_steps: int, adapt_freq: int, offset: int) -> bool:
     """A divergence measurement starts before gradient step `grad_steps`: at offset, offset + K, offset + 2K, ...
 
-    With K a multiple of the target period (BTR: both 500) and offset + span <= that period, every measured span lies
-    inside one target cycle; at offset 0 each span would start with a target copy, so delta would only ever see the
-    updates right after a copy.
+    With K a multiple of the target period P (BTR: both 500) and 0 < offset mod P <= P - span, no measured span holds
+    a target copy; at offset 0 each span would start with a copy, so delta would only ever see the updates right
+    after one.
     """
     return grad_steps >= offset and (grad_steps - offset) % adapt_freq == 0
 
