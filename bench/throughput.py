@@ -3,6 +3,7 @@
 
     python bench/throughput.py --quick      # a few minutes on 2 CPU cores
     python bench/throughput.py              # sized for a GPU box (paper settings, longer runs)
+    python bench/throughput.py --groups pqn-gpu btr-gpu --budget 300   # the GPU call of bench/gpu/check.sh
 
 Variants of one group (PQN fixed / ABS / GNS, PPO fixed / ABS, BTR fixed / ABS) run at the same
 settings and alternate round by round, so that drift of a shared machine hits them alike. Two columns
@@ -10,7 +11,14 @@ of speed: "SPS" is the script's own whole-run figure (start-up, burn-in and comp
 "steady SPS" is the rate over the second half of the run's steps, from the wall times of its
 charts/SPS events, which is what an hours-long run sees. Both are medians over rounds, and a row's
 ratio is its steady SPS over that of its group's first row measured in the same rounds.
-The speed groups (pqn-speed, btr-speed) compare the --bf16 / --compile flags with float32 eager.
+The speed groups (pqn-speed, btr-speed) compare the --bf16 / --compile flags with float32 eager; the GPU
+groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each.
+With --budget the whole benchmark keeps to a number of seconds: each run gets its shares (a --compile
+run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
+with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
+its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 60 s later).
+A run stopped so gives the next round's run of that variant 85% of the steps it reached, so later rounds
+end normally within their share. A run that would start with less than half its share left is skipped.
 An environment-only row (random actions through the same envpool setup) is the ceiling.
 Writes bench/results.md and bench/results.json (or --out DIR).
 """
@@ -19,6 +27,8 @@ import json
 import os
 import platform
 import shlex
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -27,7 +37,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed")
+GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
+MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
              "perf/replay_seconds")  # replay: BTR only
 
@@ -46,7 +57,8 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
         K = 50
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 200000"
-        btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 20000 --total-timesteps 120000"
+        # the default network, batch 256 / ABS [128, 512]; learning starts early so a short run is mostly learning
+        btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 10000 --total-timesteps 120000"
     pinned = f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"
     return {
         "pqn": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
@@ -63,7 +75,23 @@ def configs(quick: bool) -> dict:
                       ("PQN + ABS --bf16 --compile", "abs_pqn_atari.py", f"{pinned} --bf16 --compile")],
         "btr-speed": [("BTR + ABS, float32", "abs_btr.py", btr),
                       ("BTR + ABS --bf16", "abs_btr.py", f"{btr} --bf16")],
+        # One group per script family for the GPU call (bench/gpu/check.sh): the rows above that matter there.
+        "pqn-gpu": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
+                    ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", pinned),
+                    ("PQN + ABS, L in [16, 64]", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K}"),
+                    ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py",
+                     f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32"),
+                    ("PQN + ABS --bf16", "abs_pqn_atari.py", f"{pinned} --bf16"),
+                    ("PQN + ABS --compile", "abs_pqn_atari.py", f"{pinned} --compile")],
+        "btr-gpu": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
+                    ("BTR + ABS", "abs_btr.py", btr),
+                    ("BTR + ABS --bf16", "abs_btr.py", f"{btr} --bf16")],
     }
+
+
+def weight(script: str, flags: str) -> int:
+    """A run's share of a --budget: compilation and BTR's slow start need longer runs for a steady rate."""
+    return 3 if "--compile" in flags.split() else 2 if script == "abs_btr.py" else 1
 
 
 def scalars(run_dir: Path) -> dict:
@@ -92,23 +120,47 @@ def scaled(flags: str, scale: float) -> list[str]:
     return words
 
 
-def run_variant(script: str, flags: list[str], out: Path, extra: str) -> dict:
-    """One training process; its SPS, phase split, peak RSS (wait4 of that very child) and storage."""
+def with_steps(words: list[str], steps: int) -> list[str]:
+    """The flag words with --total-timesteps set to steps."""
+    words = list(words)
+    words[words.index("--total-timesteps") + 1] = str(steps)
+    return words
+
+
+def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit: float | None = None,
+                kill_after: float = 60.0) -> dict:
+    """One training process; its SPS, phase split, peak RSS (wait4 of that very child) and storage.
+    With time_limit, the process gets SIGTERM after that many seconds (the scripts checkpoint and exit 143;
+    SIGKILL kill_after seconds later) and the row counts with the steps it reached."""
     cmd = [sys.executable, script, *flags, *shlex.split(extra), "--eval-episodes", "0",
            "--checkpoint-every", "0", "--output-dir", str(out), "--run-name", "bench"]
     t0 = time.time()
     log = open(out / "log.txt", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    _, status, usage = os.wait4(proc.pid, 0)
+    stopped = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG if time_limit else 0)
+        if pid:
+            break
+        elapsed = time.time() - t0
+        # SIGTERM only once the training loop runs (its first progress line): the scripts' handler is set by then.
+        if not stopped and elapsed > time_limit and "step " in (out / "log.txt").read_text():
+            proc.send_signal(signal.SIGTERM)
+            stopped = True
+        elif elapsed > time_limit + kill_after:
+            proc.kill()
+            stopped = True
+        time.sleep(0.2)
     proc.returncode = os.waitstatus_to_exitcode(status)
     log.close()
     row = {"command": shlex.join(["python", script, *flags, *shlex.split(extra)]),
            "returncode": proc.returncode, "wall_seconds": time.time() - t0,
-           "peak_rss_mb": usage.ru_maxrss / 1024}
-    if proc.returncode != 0:
+           "peak_rss_mb": usage.ru_maxrss / 1024, "stopped": stopped}
+    tags = scalars(out / "bench") if proc.returncode == 0 or stopped and proc.returncode == 128 + signal.SIGTERM else {}
+    if "charts/SPS" not in tags:
         row["error"] = (out / "log.txt").read_text()[-800:]
         return row
-    tags = scalars(out / "bench")
+    row["steps"] = tags["charts/SPS"][-1][0]
     row["sps"] = tags["charts/SPS"][-1][1]
     row["steady_sps"] = steady_sps(tags["charts/SPS"]) or row["sps"]
     row["phases"] = {t.split("/")[1]: tags[t][-1][1] for t in PERF_TAGS if t in tags}
@@ -136,7 +188,7 @@ def summarize(group_rows: list[list[dict]]) -> list[dict]:
     """Median over rounds per variant, and the ratio to the baseline's median."""
     out = []
     for rows in group_rows:
-        ok = [r for r in rows if r["returncode"] == 0]
+        ok = [r for r in rows if r.get("sps") is not None]
         s = dict(ok[-1] if ok else rows[-1])  # phases, storage and command of a round that worked
         s["rounds"] = len(ok)
         s["sps_rounds"] = [r["sps"] for r in ok]
@@ -144,6 +196,10 @@ def summarize(group_rows: list[list[dict]]) -> list[dict]:
         s["steady_sps_rounds"] = [r["steady_sps"] for r in ok]
         s["steady_sps"] = statistics.median(s["steady_sps_rounds"]) if ok else None
         s["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rows)
+        s["stopped_rounds"] = sum(bool(r.get("stopped")) for r in rows)
+        cuda = [r["cuda_peak_bytes"] for r in ok if "cuda_peak_bytes" in r]
+        if cuda:
+            s["cuda_peak_bytes"] = max(cuda)
         out.append(s)
     base = out[0]["steady_sps"]
     for s in out:
@@ -161,18 +217,23 @@ def markdown(results: dict) -> str:
              f"Machine: {results['machine']}. Date: {results['date']}. Rounds: {results['rounds']} "
              "(variants alternate within each round; medians over rounds). SPS: whole run, as the script reports it; "
              "steady SPS: over the second half of the run's steps; ratio: steady SPS to the group's first row.", "",
-             f"Environment only (random actions, {results['env_only']['num_envs']} envs): "
-             f"**{results['env_only']['sps']:.0f} SPS**", "",
+             f"Environment only (random actions, {results['env_only']['num_envs']} envs): " +
+             (f"**{results['env_only']['sps']:.0f} SPS**" if results["env_only"]["sps"] is not None
+              else f"failed ({results['env_only'].get('error')})"), "",
              "| variant | SPS | steady SPS | ratio to first | phase split | peak host MB | peak CUDA MB | storage MB | command |",
              "|---|---|---|---|---|---|---|---|---|"]
+    if results.get("budget_seconds"):
+        lines[4:4] = [f"Budget: {results['budget_seconds']:.0f} s for all runs; a run's SPS marked * was stopped at its "
+                      "time limit in some round (no peak CUDA memory from that round).", ""]
     for group, rows in results["groups"].items():
         for r in rows:
             if r.get("sps") is None:
                 lines.append(f"| {r['name']} | failed | | | | | | | `{r['command']}` |")
                 continue
+            star = "*" if r.get("stopped_rounds") else ""
             cuda = f"{r['cuda_peak_bytes'] / 2**20:.0f}" if "cuda_peak_bytes" in r else "-"
             storage = f"{r['storage_bytes'] / 2**20:.1f}" if "storage_bytes" in r else "-"
-            lines.append(f"| {r['name']} | {r['sps']:.0f} | {r['steady_sps']:.0f} | {r['ratio']:.3f} "
+            lines.append(f"| {r['name']} | {r['sps']:.0f}{star} | {r['steady_sps']:.0f} | {r['ratio']:.3f} "
                          f"| {phase_split(r.get('phases', {}))} "
                          f"| {r['peak_rss_mb']:.0f} | {cuda} | {storage} | `{r['command']}` |")
     return "\n".join(lines) + "\n"
@@ -187,6 +248,8 @@ def main(argv=None):
     p.add_argument("--extra-args", default="", help="flags appended to every run, e.g. '--no-cuda'")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (smoke-testing the benchmark)")
     p.add_argument("--out", default=str(ROOT / "bench"), help="directory of results.md and results.json")
+    p.add_argument("--budget", type=float, help="seconds for all runs together; each run is stopped at its share")
+    p.add_argument("--keep-logs", help="directory to copy every run's output into (<group><variant>_<round>.log)")
     args = p.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 3)
     groups = args.groups or (["pqn", "ppo", "btr"] if args.quick else list(GROUPS))
@@ -196,32 +259,64 @@ def main(argv=None):
             if not (ROOT / script).exists():
                 sys.exit(f"error: --groups {g} needs {script}, which is not in {ROOT}")
     measured = {g: [[] for _ in v] for g, v in table.items()}
+    words = {g: [scaled(flags, args.scale) for _, _, flags in v] for g, v in table.items()}
+    limits = {g: [None] * len(v) for g, v in table.items()}
+    if args.budget:  # 10 s of it kept for the environment-only row and the tables
+        weights = sum(weight(s, f) for v in table.values() for _, s, f in v)
+        # fewer rounds rather than runs too short to pass their start-up (at least MIN_SHARE s per weight)
+        rounds = max(1, min(rounds, int((args.budget - 10) / (weights * MIN_SHARE))))
+        limits = {g: [(args.budget - 10) * weight(s, f) / (rounds * weights) for _, s, f in v] for g, v in table.items()}
+        print(f"budget {args.budget:.0f} s: {rounds} round(s), {(args.budget - 10) / (rounds * weights):.1f} s per share",
+              flush=True)
+    if args.keep_logs:
+        os.makedirs(args.keep_logs, exist_ok=True)
+    deadline = time.time() + (args.budget or float("inf")) - 10
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
             for g, variants in table.items():
                 for i, (name, script, flags) in enumerate(variants):
                     out = Path(tmp) / f"{g}{i}_{rnd}"
                     out.mkdir()
-                    row = run_variant(script, scaled(flags, args.scale), out, args.extra_args)
+                    left = deadline - time.time()
+                    if limits[g][i] and left < limits[g][i] / 2:  # earlier runs overran: keep to the budget
+                        print(f"round {rnd + 1}/{rounds} {name}: skipped, {left:.0f} s of the budget left", flush=True)
+                        measured[g][i].append({"name": name, "command": shlex.join(["python", script, *words[g][i]]),
+                                               "returncode": None, "peak_rss_mb": 0.0, "stopped": False,
+                                               "error": "skipped: the budget was spent"})
+                        continue
+                    limit = min(limits[g][i], left) if limits[g][i] else None
+                    row = run_variant(script, words[g][i], out, args.extra_args, limit)
                     row["name"] = name
                     measured[g][i].append(row)
+                    if row["stopped"] and row.get("steps"):  # the next round ends normally, within its share
+                        words[g][i] = with_steps(words[g][i], max(1, int(0.85 * row["steps"])))
+                    if args.keep_logs:
+                        shutil.copy(out / "log.txt", Path(args.keep_logs) / f"{g}{i}_{rnd}.log")
                     print(f"round {rnd + 1}/{rounds} {name}: " +
-                          (f"{row['sps']:.0f} SPS" if "sps" in row else f"failed ({row['returncode']})"), flush=True)
+                          (f"{row['sps']:.0f} SPS" if "sps" in row else f"failed ({row['returncode']})") +
+                          (f", stopped at {row['wall_seconds']:.0f} s" if row["stopped"] else "") +
+                          (f", {row['steps']} steps" if "steps" in row else ""), flush=True)
     num_envs = 16 if args.quick else 128
     results = {
         "mode": ("quick" if args.quick else "full") + (f", steps x {args.scale}" if args.scale != 1 else ""),
         "rounds": rounds,
+        "budget_seconds": args.budget,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, " + gpu_name(),
-        "env_only": {"num_envs": num_envs, "sps": env_only_sps("Breakout-v5", num_envs, 20 * num_envs * 32)},
+        "env_only": {"num_envs": num_envs, "sps": None},
         "groups": {g: summarize(rows) for g, rows in measured.items()},
     }
+    try:
+        results["env_only"]["sps"] = env_only_sps("Breakout-v5", num_envs, 20 * num_envs * 32)
+    except Exception as e:  # still write the rows measured so far
+        results["env_only"]["error"] = f"{type(e).__name__}: {e}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(markdown(results))
     print(markdown(results))
     failed = [r["name"] for rows in results["groups"].values() for r in rows if r.get("sps") is None]
+    failed += ["environment only"] if results["env_only"]["sps"] is None else []
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -82,3 +82,53 @@ def test_gns_vs_abs_cost_reports_per_call_and_per_run_shares(tmp_path):
     assert res["abs_run_share_max"] == pytest.approx(t_abs / (10 * upd + t_abs))
     assert res["gns_run_share_max"] == pytest.approx(t_gns / (10 * upd + t_gns))
     assert "per run at K = 10" in p.stdout
+
+
+def test_gpu_groups_are_the_paper_settings_and_weights():
+    table = throughput.configs(False)
+    pqn_rows, btr_rows = table["pqn-gpu"], table["btr-gpu"]
+    assert all("--num-envs 128" in f and "Breakout-v5" in f for _, _, f in pqn_rows)
+    assert pqn_rows[0][2].endswith("--no-adapt --num-steps 32") and "--adapt-freq 50" in pqn_rows[2][2]
+    assert pqn_rows[4][2] == pqn_rows[1][2] + " --bf16" and pqn_rows[5][2] == pqn_rows[1][2] + " --compile"
+    assert pqn_rows[3][1] == "gns_pqn_atari.py" and "--gns-freq 50" in pqn_rows[3][2]
+    # BTR: the default network and batch range (no --no-impala, no --batch-size flags), fixed vs ABS vs --bf16
+    assert btr_rows[0][2] == btr_rows[1][2] + " --no-adapt" and btr_rows[2][2] == btr_rows[1][2] + " --bf16"
+    assert "--no-impala" not in btr_rows[1][2] and "--batch-size" not in btr_rows[1][2]
+    assert [throughput.weight(s, f) for _, s, f in pqn_rows + btr_rows] == [1, 1, 1, 1, 1, 3, 2, 2, 2]
+    assert throughput.with_steps(["--a", "1", "--total-timesteps", "9"], 5) == ["--a", "1", "--total-timesteps", "5"]
+
+
+def test_time_limit_stops_a_run_that_still_counts(tmp_path):
+    """A run stopped by SIGTERM at its time limit checkpoints, exits 143, and keeps its SPS and the steps reached."""
+    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 45 s
+    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=45)
+    assert row["stopped"] and row["returncode"] == 143, row.get("error")
+    assert 0 < row["steps"] < 1638400 and row["steps"] % (16 * 32) == 0 and row["sps"] > 0 and row["steady_sps"] > 0
+    assert 45 <= row["wall_seconds"] < 45 + 30
+    assert (tmp_path / "bench" / "checkpoint.pt").exists()
+    summary = throughput.summarize([[row]])[0]
+    assert summary["stopped_rounds"] == 1 and summary["sps"] == row["sps"] and "cuda_peak_bytes" not in summary
+
+
+def test_gpu_summary_counts_verdicts_and_names_the_key_numbers(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import summary
+
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_cuda" name="test_a"/>'
+        '<testcase classname="tests.test_cuda" name="test_b"><failure message="assert 1 == 2&#10;more">x</failure>'
+        '</testcase><testcase classname="tests.test_cuda" name="test_c"><skipped message="no CUDA"/></testcase>'
+        '</testsuite></testsuites>')
+    counts, problems = summary.test_verdicts(tmp_path / "tests.xml")
+    assert counts == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
+    assert problems == ["failed: `test_b`: assert 1 == 2"]
+    assert summary.test_verdicts(tmp_path / "missing.xml")[1][0].startswith("no tests.xml")
+    rows = [{"name": "PQN fixed L=32", "sps": 1000.0, "steady_sps": 1100.0, "ratio": 1.0, "cuda_peak_bytes": 2**30},
+            {"name": "PQN + ABS", "sps": 990.0, "steady_sps": 1045.0, "ratio": 0.95, "stopped_rounds": 1},
+            {"name": "PQN + GNS", "sps": None, "error": "Traceback\nRuntimeError: boom"}]
+    lines = summary.key_numbers({"env_only": {"num_envs": 128, "sps": 25000.0}, "groups": {"pqn-gpu": rows}})
+    assert lines == ["- envpool alone, 128 envs, random actions (the ceiling): **25000 SPS**",
+                     "- PQN fixed L=32: 1000 SPS, steady **1100**, peak CUDA 1024 MiB",
+                     "- PQN + ABS: 990 SPS, steady **1045**, 0.950 x PQN fixed L=32, stopped at its time limit in 1 round(s)",
+                     "- PQN + GNS: **no result** (RuntimeError: boom)"]
