@@ -48,7 +48,7 @@ class Args:
     run_name: Optional[str] = None
     """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
     resume: Optional[str] = None
-    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 500_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     save_model: bool = False
@@ -124,7 +124,7 @@ class Args:
 
 
 SCHEDULES = ("log", "linear")
-# Flags that may change on --resume; every other flag is taken from the checkpoint.
+# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes",

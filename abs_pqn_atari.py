@@ -47,7 +47,7 @@ class Args:
     run_name: Optional[str] = None
     """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
     resume: Optional[str] = None
-    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     save_model: bool = False
@@ -130,7 +130,7 @@ class Args:
 
 NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
 SCHEDULES = ("log", "linear")
-# Flags that may change on --resume; every other flag is taken from the checkpoint.
+# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",

@@ -1,10 +1,12 @@
 """Tests of abs_pqn_atari.py: the ABS math by hand, delta and Q(lambda) against independent
 computations, and end-to-end runs of the script on a real envpool game with tiny settings."""
+import ast
 import copy
 import dataclasses
 import json
 import math
 import os
+import random
 import runpy
 import signal
 import subprocess
@@ -524,11 +526,13 @@ def numeric_flags(args_cls):
 FLOATS = sorted(f.name for f in dataclasses.fields(pqn.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"), (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
     (["--num-envs", "0"], "--num-envs"), (["--num-minibatches", "0"], "--num-minibatches"),
-    (["--num-envs", "6"], "--num-minibatches"), (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
+    (["--num-envs", "6"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
     (["--gamma", "1.5"], "--gamma"), (["--gamma", "0"], "--gamma"), (["--q-lambda", "-0.1"], "--q-lambda"),
     (["--q-lambda", "1.1"], "--q-lambda"), (["--max-grad-norm", "0"], "--max-grad-norm"),
     (["--start-e", "1.5"], "--start-e"), (["--end-e", "-0.1"], "--end-e"),
@@ -604,7 +608,8 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     assert total <= res["global_step"] < total + 8 * 16  # the original --total-timesteps, not the default 20M
     # Evaluation kept the first run's flags (2 episodes capped at 150 steps; check_eval_json checks both).
     first_args = torch.load(ckpt_path, weights_only=True)["args"]
-    assert {k: v for k, v in res["args"].items() if k != "resume"} == {k: v for k, v in first_args.items() if k != "resume"}
+    first_args.pop("resume"), res["args"].pop("resume")
+    assert res["args"] == first_args  # every flag of the first run
     # Epsilon decays over 1.0 x 512 steps across the stop: the first step after it continues the line.
     eps = dict(scalars(tmp_path / "once")["charts/epsilon"])
     after = min(s for s in eps if s > stopped)
@@ -642,3 +647,30 @@ def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_p
     assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
     torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
     assert marker.is_dir()
+
+
+SHARED = ("flag_of", "rule", "at_least", "positive", "probability", "discount", "one_of", "seed_rule", "run_name_rule",
+          "importable", "track_rule", "validate_args", "rng_state", "set_rng_state", "flags_given", "load_checkpoint",
+          "parse_args")
+
+
+@pytest.mark.parametrize("other", ["gns_pqn_atari.py", "abs_ppo_mujoco.py", "abs_btr.py"])
+def test_validation_resume_and_checkpoint_code_is_the_same_in_every_script(other):
+    def functions(name):
+        source = open(os.path.join(ROOT, name)).read()
+        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
+                if isinstance(n, ast.FunctionDef) and n.name in SHARED}
+
+    mine, theirs = functions("abs_pqn_atari.py"), functions(other)
+    assert set(mine) == set(SHARED) and mine == theirs
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    device = torch.device("cpu")
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    random.gauss(0, 1), np.random.randn()  # both now hold a cached second Gaussian, which the state must keep
+    torch.save({"rng": pqn.rng_state(device)}, tmp_path / "rng.pt")
+    expected = (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn())
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    pqn.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True)["rng"], device)
+    assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == expected
