@@ -859,6 +859,9 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
+    script = os.path.basename(__file__)[: -len(".py")]
+    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
     return checkpoint
 
 
@@ -963,7 +966,8 @@ if __name__ == "__main__":
         state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
                  "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
                  "grad_steps": grad_steps, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
-                 "args": vars(args), "run_name": args.run_name}
+                 "args": vars(args), "run_name": args.run_name,
+                 "algo": os.path.basename(__file__)[: -len(".py")]}
         if args.checkpoint_buffer:
             state["replay"] = replay.state_dict()
         atomic_torch_save(path, state)

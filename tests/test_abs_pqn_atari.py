@@ -600,7 +600,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 128 + signal.SIGTERM, out
     stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
-    assert 0 < stopped < total
+    assert 0 < stopped < total and torch.load(ckpt_path, weights_only=True)["algo"] == "abs_pqn_atari"
     p = subprocess.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
                        timeout=600, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]

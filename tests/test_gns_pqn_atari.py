@@ -543,3 +543,15 @@ def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_p
     assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
     torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
     assert marker.is_dir()
+
+
+def test_checkpoint_of_another_script_is_refused(tmp_path, capsys):
+    ckpt = tmp_path / "checkpoint.pt"
+    torch.save({"algo": "abs_pqn_atari", "args": {}, "run_name": "r"}, ckpt)  # what abs_pqn_atari.py stores
+    with pytest.raises(SystemExit) as e:
+        gns.parse_args(["--resume", str(ckpt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [f"error: --resume: {str(ckpt)!r} is a checkpoint of abs_pqn_atari.py, "
+                                         "not of gns_pqn_atari.py"]
+    torch.save({"algo": "gns_pqn_atari", "args": {"seed": 7}, "run_name": "r"}, ckpt)
+    assert gns.parse_args(["--resume", str(ckpt)])[0].seed == 7
