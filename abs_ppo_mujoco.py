@@ -57,8 +57,8 @@ class Args:
     """at most one progress line per this many seconds"""
 
     # PPO (CleanRL's ppo_continuous_action.py defaults)
-    env_id: str = "HalfCheetah-v5"
-    """a gymnasium MuJoCo id, e.g. HalfCheetah-v5 or InvertedPendulum-v5"""
+    env_id: str = "HalfCheetah-v4"
+    """a gymnasium MuJoCo id, e.g. HalfCheetah-v4 (the paper's version) or InvertedPendulum-v5"""
     total_timesteps: int = 5_000_000
     """total environment steps (summed over the envs)"""
     learning_rate: float = 3e-4
@@ -201,7 +201,7 @@ def is_mujoco(env_id: str) -> bool:
 VALIDATION = [
     seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
     ("--env-id", lambda a: is_mujoco(a.env_id),
-     lambda a: f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v5, got {a.env_id!r}"),
+     lambda a: f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {a.env_id!r}"),
     *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
               "adapt_freq", "window", "ref_batch_size", "update_epochs", "epochs_ref_steps", "min_update_epochs"),
     *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads", "ent_coef", "vf_coef"),
