@@ -15,6 +15,7 @@
 # past the oldest row. A row becomes sampleable (max priority) once its n-step window is written; the oldest
 # FRAME_STACK - 1 rows are not sampleable, so no stack reaches past the write position.
 import copy
+import importlib
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import envpool
@@ -56,7 +57,7 @@ class Args:
     run_name: Optional[str] = None
     """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
     resume: Optional[str] = None
-    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     checkpoint_buffer: bool = False
@@ -192,7 +193,7 @@ class Args:
 FRAME_STACK = 4
 SCHEDULES = ("log", "linear")
 EPSILON_SCHEDULES = ("geometric", "linear")
-# Flags that may change on --resume; every other flag is taken from the checkpoint.
+# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
@@ -200,71 +201,114 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
-    if args.schedule not in SCHEDULES:
-        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
-    if args.epsilon_schedule not in EPSILON_SCHEDULES:
-        raise ValueError(f"--epsilon-schedule must be one of {', '.join(EPSILON_SCHEDULES)}, "
-                         f"got {args.epsilon_schedule!r}")
+# ---------------------------------------------------------------- flag domains (checked before anything is created)
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def rule(name: str, ok, domain: str):
+    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
+    return (flag_of(name), lambda a: ok(getattr(a, name)),
+            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
+
+
+def at_least(lo, *names):
+    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
+
+
+def positive(*names):
+    return [rule(n, lambda v: v > 0, "> 0") for n in names]
+
+
+def probability(*names):
+    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
+
+
+def discount(*names):
+    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
+
+
+def one_of(name: str, choices):
+    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def seed_rule(name: str = "seed"):
+    return rule(name, lambda v: 0 <= v < 2**32, "in [0, 2^32)")
+
+
+def run_name_rule():
+    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
+                "a single path component (no '/', not '.' or '..')")
+
+
+def importable(module: str) -> bool:
     try:
-        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+        importlib.import_module(module)
+        return True
     except Exception:
-        is_atari = False
-    if not is_atari:
-        raise ValueError(f"--env-id must be an envpool Atari id such as Breakout-v5, got {args.env_id!r}")
-    for flag, value in [("--num-envs", args.num_envs), ("--buffer-size", args.buffer_size),
-                        ("--batch-size", args.batch_size), ("--batch-size-min", args.batch_size_min),
-                        ("--batch-size-multiple", args.batch_size_multiple), ("--adapt-freq (K)", args.adapt_freq),
-                        ("--divergence-span", args.divergence_span), ("--window (W)", args.window),
-                        ("--ref-batch-size (M)", args.ref_batch_size), ("--n-step", args.n_step),
-                        ("--num-tau", args.num_tau), ("--num-cosines", args.num_cosines),
-                        ("--hidden-size", args.hidden_size), ("--target-network-frequency", args.target_network_frequency),
-                        ("--total-timesteps", args.total_timesteps), ("--scalar-every", args.scalar_every),
-                        ("--eval-num-envs", args.eval_num_envs), ("--eval-max-episode-steps", args.eval_max_episode_steps)]:
-        if value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if args.buffer_size % args.num_envs:
-        raise ValueError(f"--buffer-size ({args.buffer_size}) must be a multiple of --num-envs ({args.num_envs})")
-    if args.buffer_size // args.num_envs < 2 * (args.n_step + FRAME_STACK):
-        raise ValueError(f"--buffer-size must give each env at least {2 * (args.n_step + FRAME_STACK)} rows "
-                         f"(--n-step {args.n_step}), got {args.buffer_size // args.num_envs}")
-    if args.learning_starts > args.buffer_size:
-        raise ValueError(f"--learning-starts ({args.learning_starts}) must be <= --buffer-size ({args.buffer_size})")
-    if args.batch_size_min > args.batch_size_max:
-        raise ValueError(f"--batch-size-min ({args.batch_size_min}) must be <= --batch-size-max ({args.batch_size_max})")
-    for flag, value in [("--batch-size-min", args.batch_size_min), ("--batch-size-max", args.batch_size_max)]:
-        if args.adapt and value % args.batch_size_multiple:
-            raise ValueError(f"{flag} ({value}) must be a multiple of --batch-size-multiple ({args.batch_size_multiple})")
-    if args.divergence_offset is not None and args.divergence_offset < 0:
-        raise ValueError(f"--divergence-offset must be >= 0, got {args.divergence_offset}")
-    if args.divergence_span > args.adapt_freq:
-        raise ValueError(f"--divergence-span ({args.divergence_span}) must be <= --adapt-freq ({args.adapt_freq})")
-    if not 0.0 < args.divergence_low < args.divergence_high <= 1.0:
-        raise ValueError("--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
-                         f"got {args.divergence_low} and {args.divergence_high}")
-    if not 0.0 < args.ema_beta <= 1.0:
-        raise ValueError(f"--ema-beta must be in (0, 1], got {args.ema_beta}")
-    if args.impala and int(16 * args.model_size) < 1:
-        raise ValueError(f"--model-size must give at least one channel (>= 1/16), got {args.model_size}")
-    for flag, value in [("--learning-rate", args.learning_rate), ("--adam-eps", args.adam_eps),
-                        ("--max-grad-norm", args.max_grad_norm), ("--kappa", args.kappa),
-                        ("--munchausen-tau", args.munchausen_tau)]:
-        if not value > 0.0:
-            raise ValueError(f"{flag} must be > 0, got {value}")
-    if not 0.0 < args.gamma <= 1.0:
-        raise ValueError(f"--gamma must be in (0, 1], got {args.gamma}")
-    if args.munchausen_clip > 0.0 or args.per_alpha < 0.0 or not 0.0 <= args.per_beta <= 1.0:
-        raise ValueError("--munchausen-clip must be <= 0, --per-alpha >= 0 and --per-beta in [0, 1], got "
-                         f"{args.munchausen_clip}, {args.per_alpha} and {args.per_beta}")
-    for flag, value in [("--start-e", args.start_e), ("--end-e", args.end_e), ("--eval-epsilon", args.eval_epsilon),
-                        ("--epsilon-off-fraction", args.epsilon_off_fraction)]:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{flag} must be in [0, 1], got {value}")
-    if min(args.learning_starts, args.exploration_steps, args.maxpool_size, args.noisy_sigma0) < 0:
-        raise ValueError("--learning-starts, --exploration-steps, --maxpool-size and --noisy-sigma0 must be >= 0")
-    if args.eval_episodes < 0 or args.checkpoint_every < 0:
-        raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
+        return False
+
+
+def track_rule():
+    return ("--track", lambda a: not a.track or importable("wandb"),
+            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
+
+
+def is_atari(env_id: str) -> bool:
+    try:
+        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        return False
+
+
+# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
+# One-flag rows come first so that the rows relating several flags may divide by them.
+VALIDATION = [
+    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
+    one_of("epsilon_schedule", EPSILON_SCHEDULES),
+    rule("divergence_offset", lambda v: v is None or v >= 0, ">= 0"),
+    ("--env-id", lambda a: is_atari(a.env_id),
+     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
+    *at_least(1, "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min", "batch_size_max",
+              "batch_size_multiple", "adapt_freq", "divergence_span", "window", "ref_batch_size", "n_step", "num_tau",
+              "num_cosines", "hidden_size", "target_network_frequency", "scalar_every", "eval_num_envs",
+              "eval_max_episode_steps"),
+    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts", "exploration_steps",
+              "maxpool_size", "noisy_sigma0", "per_alpha"),
+    *positive("learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau", "model_size"),
+    *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
+    *probability("start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha", "epsilon_off_fraction"),
+    rule("munchausen_clip", lambda v: v <= 0, "<= 0"),
+    ("--model-size", lambda a: not a.impala or int(16 * a.model_size) >= 1,
+     lambda a: f"--model-size must give at least one channel (>= 1/16), got {a.model_size}"),
+    ("--buffer-size", lambda a: a.buffer_size % a.num_envs == 0,
+     lambda a: f"--buffer-size ({a.buffer_size}) must be a multiple of --num-envs ({a.num_envs})"),
+    ("--buffer-size", lambda a: a.buffer_size // a.num_envs >= 2 * (a.n_step + FRAME_STACK),
+     lambda a: f"--buffer-size must give each env at least {2 * (a.n_step + FRAME_STACK)} rows "
+               f"(--n-step {a.n_step}), got {a.buffer_size // a.num_envs}"),
+    ("--learning-starts", lambda a: a.learning_starts <= a.buffer_size,
+     lambda a: f"--learning-starts ({a.learning_starts}) must be <= --buffer-size ({a.buffer_size})"),
+    ("--batch-size-min", lambda a: a.batch_size_min <= a.batch_size_max,
+     lambda a: f"--batch-size-min ({a.batch_size_min}) must be <= --batch-size-max ({a.batch_size_max})"),
+    *[(flag_of(n), lambda a, n=n: not a.adapt or getattr(a, n) % a.batch_size_multiple == 0,
+       lambda a, n=n: f"{flag_of(n)} ({getattr(a, n)}) must be a multiple of --batch-size-multiple "
+                      f"({a.batch_size_multiple})") for n in ("batch_size_min", "batch_size_max")],
+    ("--divergence-span", lambda a: a.divergence_span <= a.adapt_freq,
+     lambda a: f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})"),
+    ("--divergence-low", lambda a: 0.0 < a.divergence_low < a.divergence_high <= 1.0,
+     lambda a: "--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
+               f"got {a.divergence_low} and {a.divergence_high}"),
+]
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
+    for _flag, ok, message in VALIDATION:
+        if not ok(args):
+            raise ValueError(message(args))
 
 
 # ---------------------------------------------------------------- the ABS schedule (pure math)
@@ -502,8 +546,8 @@ class ReplayBuffer:
     def state_dict(self):
         arrays = {k: torch.from_numpy(getattr(self, k)) for k in
                   ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")}
-        return {**arrays, "tree": torch.from_numpy(self.tree.tree), "max_priority": self.max_priority,
-                "pos": self.pos, "rows_written": self.rows_written}
+        return {**arrays, "tree": torch.from_numpy(self.tree.tree), "max_priority": float(self.max_priority),
+                "pos": int(self.pos), "rows_written": int(self.rows_written)}
 
     def load_state_dict(self, state):
         for k in ("frames", "actions", "rewards", "terminated", "ended", "first", "valid"):
@@ -813,40 +857,92 @@ def atomic_torch_save(path, obj):
 
 
 def rng_state(device):
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, list(internal), gauss],
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+             "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state, device):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def flags_given(argv) -> set:
+    """The Args fields named on the command line: --flag-name, --flag-name=value, --no-flag-name (or underscores)."""
+    names, given = {f.name for f in fields(Args)}, set()
+    for token in argv:
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
+        if name not in names and name.startswith("no_"):
+            name = name[3:]
+        if name in names:
+            given.add(name)
+    return given
+
+
+def load_checkpoint(path: str) -> dict:
+    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
+    (which could run code while it is unpickled) is refused without being built."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no checkpoint file at {path!r}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:
+            unsafe = []
+        if unsafe:
+            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
+                             "could run code when loaded; only tensors and plain data are accepted") from None
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
+    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
+    script = os.path.basename(__file__)[: -len(".py")]
+    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    return checkpoint
+
+
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
-    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    """Parse and validate the flags; exit 2 with one line on stderr on bad input, before anything is created.
+
+    With --resume, a flag not on the command line comes from the checkpoint. A run-control flag that is given
+    (RUN_CONTROL_FLAGS) overrides the checkpoint's; another flag that is given is ignored with a warning, since it
+    would change the algorithm mid-run. A new run never reuses a run directory that holds a checkpoint or results."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = tyro.cli(Args, args=argv)
     checkpoint = None
     try:
         if args.resume is not None:
-            if not os.path.isfile(args.resume):
-                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
-            try:
-                checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-                fields, defaults = asdict(args), asdict(Args())
-                saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
-            except Exception as e:
-                raise ValueError(f"--resume: {args.resume!r} is not a checkpoint of this script ({type(e).__name__})")
-            ignored = [f"--{k.replace('_', '-')} {fields[k]} (checkpoint: {v})" for k, v in saved.items()
-                       if fields[k] != defaults[k] and fields[k] != v]
+            checkpoint = load_checkpoint(args.resume)
+            cli, given = asdict(args), flags_given(argv)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in cli}
+            ignored = [f"{flag_of(k)} {cli[k]} (checkpoint: {v})" for k, v in saved.items()
+                       if k in given and k not in RUN_CONTROL_FLAGS and cli[k] != v]
             if ignored:
-                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}", file=sys.stderr)
-            args = Args(**{**fields, **saved})
+                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
+                      file=sys.stderr)
+            args = Args(**{**cli, **{k: v for k, v in saved.items() if k not in given or k not in RUN_CONTROL_FLAGS}})
+            args.run_name = checkpoint["run_name"]
         validate_args(args)
+        if checkpoint is None:
+            args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            run_dir = os.path.join(args.output_dir, args.run_name)
+            for name in ("checkpoint.pt", "eval_results.json"):
+                if os.path.exists(os.path.join(run_dir, name)):
+                    raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
+                                     f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -855,12 +951,8 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 if __name__ == "__main__":
     args, checkpoint = parse_args()
-    if checkpoint is not None:
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
-        args.run_name = checkpoint["run_name"]
-    else:
-        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
+    run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
+               else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -903,8 +995,9 @@ if __name__ == "__main__":
         else:
             note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset); {note}")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
+    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", replay.nbytes, global_step)
@@ -922,7 +1015,8 @@ if __name__ == "__main__":
         state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
                  "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
                  "grad_steps": grad_steps, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
-                 "args": vars(args), "run_name": args.run_name}
+                 "args": vars(args), "run_name": args.run_name,
+                 "algo": os.path.basename(__file__)[: -len(".py")]}
         if args.checkpoint_buffer:
             state["replay"] = replay.state_dict()
         atomic_torch_save(path, state)

@@ -4,6 +4,7 @@
 # 2018) estimates the simple noise scale B_simple = tr(S) / |G|^2 from micro-batch gradients of the
 # current batch and sets the rollout length L = B_simple / E: a noisier gradient gets a larger batch.
 # `--no-adapt --num-steps L` gives the fixed-batch baselines (Small 16, Vanilla 32, Large 64).
+import importlib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import envpool
@@ -46,7 +47,7 @@ class Args:
     run_name: Optional[str] = None
     """the run directory name (default: {env_id}__{exp_name}__{seed}__{unix time})"""
     resume: Optional[str] = None
-    """path of a checkpoint.pt to continue; algorithm flags then come from the checkpoint"""
+    """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     save_model: bool = False
@@ -128,7 +129,7 @@ class Args:
 GNS_TIMINGS = ("before", "after")
 GNS_MICRO_BATCHINGS = ("shuffled", "contiguous")
 NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
-# Flags that may change on --resume; every other flag is taken from the checkpoint.
+# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
@@ -136,52 +137,112 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag; called before anything is created."""
-    if args.network not in NETWORKS:
-        raise ValueError(f"--network must be one of {', '.join(NETWORKS)}, got {args.network!r}")
+# ---------------------------------------------------------------- flag domains (checked before anything is created)
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def rule(name: str, ok, domain: str):
+    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
+    return (flag_of(name), lambda a: ok(getattr(a, name)),
+            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
+
+
+def at_least(lo, *names):
+    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
+
+
+def positive(*names):
+    return [rule(n, lambda v: v > 0, "> 0") for n in names]
+
+
+def probability(*names):
+    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
+
+
+def discount(*names):
+    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
+
+
+def one_of(name: str, choices):
+    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def seed_rule(name: str = "seed"):
+    return rule(name, lambda v: 0 <= v < 2**32, "in [0, 2^32)")
+
+
+def run_name_rule():
+    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
+                "a single path component (no '/', not '.' or '..')")
+
+
+def importable(module: str) -> bool:
     try:
-        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+        importlib.import_module(module)
+        return True
     except Exception:
-        is_atari = False
-    if not is_atari:
-        raise ValueError(f"--env-id must be an envpool Atari id such as Breakout-v5, got {args.env_id!r}")
-    for flag, value in [("--num-envs", args.num_envs), ("--num-minibatches", args.num_minibatches),
-                        ("--num-steps", args.num_steps), ("--num-steps-min", args.num_steps_min),
-                        ("--gns-freq (K)", args.gns_freq), ("--update-epochs", args.update_epochs),
-                        ("--epochs-ref-steps", args.epochs_ref_steps), ("--total-timesteps", args.total_timesteps),
-                        ("--eval-num-envs", args.eval_num_envs), ("--eval-max-episode-steps", args.eval_max_episode_steps)]:
-        if value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if args.num_steps_min > args.num_steps_max:
-        raise ValueError(f"--num-steps-min ({args.num_steps_min}) must be <= --num-steps-max ({args.num_steps_max})")
-    if args.gns_timing not in GNS_TIMINGS:
-        raise ValueError(f"--gns-timing must be one of {', '.join(GNS_TIMINGS)}, got {args.gns_timing!r}")
-    if args.gns_micro_batching not in GNS_MICRO_BATCHINGS:
-        raise ValueError(f"--gns-micro-batching must be one of {', '.join(GNS_MICRO_BATCHINGS)}, "
-                         f"got {args.gns_micro_batching!r}")
-    if args.gns_start_steps and not args.num_steps_min <= args.gns_start_steps <= args.num_steps_max:
-        raise ValueError(f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
-                         f"= [{args.num_steps_min}, {args.num_steps_max}], got {args.gns_start_steps}")
-    if args.gns_micro_batches < 2:
-        raise ValueError(f"--gns-micro-batches must be >= 2 (tr(S) is a spread of micro-batch gradients), "
-                         f"got {args.gns_micro_batches}")
+        return False
+
+
+def track_rule():
+    return ("--track", lambda a: not a.track or importable("wandb"),
+            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
+
+
+def is_atari(env_id: str) -> bool:
+    try:
+        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        return False
+
+
+def has_cxx() -> bool:
+    return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
+
+
+# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
+# One-flag rows come first so that the rows relating several flags may divide by them.
+VALIDATION = [
+    seed_rule(), run_name_rule(), track_rule(), one_of("network", NETWORKS), one_of("gns_timing", GNS_TIMINGS),
+    one_of("gns_micro_batching", GNS_MICRO_BATCHINGS),
+    ("--env-id", lambda a: is_atari(a.env_id),
+     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
+    *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
+              "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs", "eval_max_episode_steps"),
+    rule("gns_micro_batches", lambda v: v >= 2, ">= 2 (tr(S) is a spread of micro-batch gradients)"),
+    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes"),
+    *positive("learning_rate", "max_grad_norm"),
+    *discount("gamma"),
+    *probability("q_lambda", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
+    ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
+     lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
+    ("--gns-start-steps", lambda a: a.gns_start_steps == 0 or a.num_steps_min <= a.gns_start_steps <= a.num_steps_max,
+     lambda a: f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
+               f"= [{a.num_steps_min}, {a.num_steps_max}], got {a.gns_start_steps}"),
     # Every L the run may use must split into equal minibatches.
-    if args.adapt and args.num_envs % args.num_minibatches:
-        raise ValueError(f"--num-envs ({args.num_envs}) must be divisible by --num-minibatches "
-                         f"({args.num_minibatches}) so that every L in [L_min, L_max] splits evenly")
-    if args.adapt and args.num_envs % args.gns_micro_batches:
-        raise ValueError(f"--num-envs ({args.num_envs}) must be divisible by --gns-micro-batches "
-                         f"({args.gns_micro_batches}) so that every L in [L_min, L_max] splits evenly")
-    if not args.adapt and (args.num_envs * args.num_steps) % args.num_minibatches:
-        raise ValueError(f"the batch --num-envs x --num-steps ({args.num_envs * args.num_steps}) must be "
-                         f"divisible by --num-minibatches ({args.num_minibatches})")
-    if args.eval_episodes < 0 or args.checkpoint_every < 0:
-        raise ValueError("--eval-episodes and --checkpoint-every must be >= 0")
-    if not 0.0 <= args.eval_epsilon <= 1.0:
-        raise ValueError(f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
-    if args.compile and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
-        raise ValueError("--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found")
+    ("--num-minibatches", lambda a: not a.adapt or a.num_envs % a.num_minibatches == 0,
+     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --num-minibatches ({a.num_minibatches}) "
+               "so that every L in [L_min, L_max] splits evenly"),
+    ("--gns-micro-batches", lambda a: not a.adapt or a.num_envs % a.gns_micro_batches == 0,
+     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --gns-micro-batches ({a.gns_micro_batches}) "
+               "so that every L in [L_min, L_max] splits evenly"),
+    ("--num-minibatches", lambda a: a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0,
+     lambda a: f"the batch --num-envs x --num-steps ({a.num_envs * a.num_steps}) must be divisible by "
+               f"--num-minibatches ({a.num_minibatches})"),
+    ("--compile", lambda a: not a.compile or has_cxx(),
+     lambda a: "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"),
+]
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
+    for _flag, ok, message in VALIDATION:
+        if not ok(args):
+            raise ValueError(message(args))
 
 
 # ---------------------------------------------------------------- the GNS schedule
@@ -496,40 +557,92 @@ def atomic_torch_save(path, obj):
 
 
 def rng_state(device):
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, list(internal), gauss],
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+             "torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state, device):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def flags_given(argv) -> set:
+    """The Args fields named on the command line: --flag-name, --flag-name=value, --no-flag-name (or underscores)."""
+    names, given = {f.name for f in fields(Args)}, set()
+    for token in argv:
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
+        if name not in names and name.startswith("no_"):
+            name = name[3:]
+        if name in names:
+            given.add(name)
+    return given
+
+
+def load_checkpoint(path: str) -> dict:
+    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
+    (which could run code while it is unpickled) is refused without being built."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no checkpoint file at {path!r}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:
+            unsafe = []
+        if unsafe:
+            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
+                             "could run code when loaded; only tensors and plain data are accepted") from None
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
+    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
+    script = os.path.basename(__file__)[: -len(".py")]
+    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    return checkpoint
+
+
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
-    """Parse, merge a checkpoint's algorithm flags on --resume, validate; exit 2 with one line on bad input."""
+    """Parse and validate the flags; exit 2 with one line on stderr on bad input, before anything is created.
+
+    With --resume, a flag not on the command line comes from the checkpoint. A run-control flag that is given
+    (RUN_CONTROL_FLAGS) overrides the checkpoint's; another flag that is given is ignored with a warning, since it
+    would change the algorithm mid-run. A new run never reuses a run directory that holds a checkpoint or results."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = tyro.cli(Args, args=argv)
     checkpoint = None
     try:
         if args.resume is not None:
-            if not os.path.isfile(args.resume):
-                raise ValueError(f"--resume: no checkpoint file at {args.resume!r}")
-            try:
-                checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-                fields, defaults = asdict(args), asdict(Args())
-                saved = {k: v for k, v in checkpoint["args"].items() if k in fields and k not in RUN_CONTROL_FLAGS}
-            except Exception as e:
-                raise ValueError(f"--resume: {args.resume!r} is not a checkpoint of this script ({type(e).__name__})")
-            ignored = [f"--{k.replace('_', '-')} {fields[k]} (checkpoint: {v})" for k, v in saved.items()
-                       if fields[k] != defaults[k] and fields[k] != v]
+            checkpoint = load_checkpoint(args.resume)
+            cli, given = asdict(args), flags_given(argv)
+            saved = {k: v for k, v in checkpoint["args"].items() if k in cli}
+            ignored = [f"{flag_of(k)} {cli[k]} (checkpoint: {v})" for k, v in saved.items()
+                       if k in given and k not in RUN_CONTROL_FLAGS and cli[k] != v]
             if ignored:
-                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}", file=sys.stderr)
-            args = Args(**{**fields, **saved})
+                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
+                      file=sys.stderr)
+            args = Args(**{**cli, **{k: v for k, v in saved.items() if k not in given or k not in RUN_CONTROL_FLAGS}})
+            args.run_name = checkpoint["run_name"]
         validate_args(args)
+        if checkpoint is None:
+            args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            run_dir = os.path.join(args.output_dir, args.run_name)
+            for name in ("checkpoint.pt", "eval_results.json"):
+                if os.path.exists(os.path.join(run_dir, name)):
+                    raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
+                                     f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -538,12 +651,8 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 if __name__ == "__main__":
     args, checkpoint = parse_args()
-    if checkpoint is not None:
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
-        args.run_name = checkpoint["run_name"]
-    else:
-        args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
+    run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
+               else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -582,8 +691,9 @@ if __name__ == "__main__":
         global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it).
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
+    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
+    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
     if checkpoint is None:
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
@@ -594,7 +704,7 @@ if __name__ == "__main__":
             "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
             "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device), "args": vars(args),
-            "run_name": args.run_name})
+            "run_name": args.run_name, "algo": os.path.basename(__file__)[: -len(".py")]})
 
     stop_signal = []
 

@@ -1,9 +1,12 @@
 """Tests of abs_btr.py: replay (sum tree, frame stacks, n-step), BTR targets and layers, the batch schedule, and
 end-to-end runs of the script on a real envpool game with tiny settings (CPU, a few hundred env steps)."""
 import copy
+import dataclasses
 import json
 import math
 import os
+import runpy
+import signal
 import subprocess
 import sys
 
@@ -11,6 +14,7 @@ import envpool
 import numpy as np
 import pytest
 import torch
+import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -492,3 +496,144 @@ def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--batch-size-max" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- run safety: flag domains, resume, run directories
+FLOATS = sorted(f.name for f in dataclasses.fields(abs_btr.Args) if f.type is float)
+# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+BAD_INPUTS = [
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--scalar-every", "0"], "--scalar-every"),
+    (["--total-timesteps", "0"], "--total-timesteps"), (["--learning-rate", "-1"], "--learning-rate"),
+    (["--learning-rate", "0"], "--learning-rate"), (["--adam-eps", "0"], "--adam-eps"),
+    (["--num-envs", "0"], "--num-envs"),
+    (["--buffer-size", "0"], "--buffer-size"), (["--buffer-size", "4100"], "--buffer-size"),
+    (["--buffer-size", "64"], "--buffer-size"), (["--learning-starts", "-1"], "--learning-starts"),
+    (["--learning-starts", "5000"], "--learning-starts"), (["--gamma", "1.5"], "--gamma"),
+    (["--gamma", "0"], "--gamma"),
+    (["--n-step", "0"], "--n-step"), (["--max-grad-norm", "0"], "--max-grad-norm"),
+    (["--target-network-frequency", "0"], "--target-network-frequency"), (["--start-e", "1.5"], "--start-e"),
+    (["--end-e", "-0.1"], "--end-e"), (["--exploration-steps", "-1"], "--exploration-steps"),
+    (["--epsilon-off-fraction", "1.5"], "--epsilon-off-fraction"), (["--epsilon-schedule", "cosine"], "--epsilon-schedule"),
+    (["--divergence-offset", "-1"], "--divergence-offset"),
+    (["--model-size", "0"], "--model-size"), (["--impala", "--model-size", "0.05"], "--model-size"),
+    (["--maxpool-size", "-1"], "--maxpool-size"), (["--hidden-size", "0"], "--hidden-size"),
+    (["--noisy-sigma0", "-0.5"], "--noisy-sigma0"), (["--num-tau", "0"], "--num-tau"),
+    (["--num-cosines", "0"], "--num-cosines"), (["--kappa", "0"], "--kappa"),
+    (["--munchausen-alpha", "1.5"], "--munchausen-alpha"), (["--munchausen-tau", "0"], "--munchausen-tau"),
+    (["--munchausen-clip", "1"], "--munchausen-clip"), (["--per-alpha", "-0.2"], "--per-alpha"),
+    (["--per-beta", "1.5"], "--per-beta"), (["--batch-size", "0"], "--batch-size"),
+    (["--batch-size-min", "0"], "--batch-size-min"), (["--batch-size-max", "0"], "--batch-size-max"),
+    (["--batch-size-min", "100"], "--batch-size-min"), (["--batch-size-max", "70"], "--batch-size-max"),
+    (["--batch-size-min", "640"], "--batch-size-min"), (["--batch-size-multiple", "0"], "--batch-size-multiple"),
+    (["--adapt-freq", "0"], "--adapt-freq"), (["--divergence-span", "0"], "--divergence-span"),
+    (["--divergence-span", "9", "--adapt-freq", "8"], "--divergence-span"), (["--window", "0"], "--window"),
+    (["--ema-beta", "0"], "--ema-beta"), (["--ema-beta", "1.5"], "--ema-beta"),
+    (["--divergence-low", "0"], "--divergence-low"), (["--divergence-high", "1.5"], "--divergence-high"),
+    (["--divergence-low", "0.5", "--divergence-high", "0.2"], "--divergence-low"),
+    (["--ref-batch-size", "0"], "--ref-batch-size"), (["--eval-episodes", "-1"], "--eval-episodes"),
+    (["--eval-epsilon", "1.5"], "--eval-epsilon"), (["--eval-num-envs", "0"], "--eval-num-envs"),
+    (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
+    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
+    (["--track"], "--track"), (["--schedule", "cubic"], "--schedule"), (["--env-id", "HalfCheetah-v5"], "--env-id"),
+    (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
+      for value in ("nan", "inf", "-inf")],
+]
+# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
+SAFE = ["--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--num-envs", "8", "--buffer-size", "4096",
+        "--learning-starts", "400", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
+
+
+def test_bad_inputs_cover_every_numeric_flag():
+    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
+    numeric = {f.name for f in dataclasses.fields(abs_btr.Args) if f.type in (int, float)}
+    assert numeric <= named and len(BAD_INPUTS) > 100
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_flags_given_reads_every_spelling_tyro_accepts():
+    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-noisy", "--no_per", "--seed=2", "--checkpoint-buffer"]
+    args = tyro.cli(abs_btr.Args, args=argv)  # tyro takes all of these spellings
+    assert (args.total_timesteps, args.eval_episodes, args.noisy, args.per, args.seed) == (5, 3, False, False, 2)
+    assert abs_btr.flags_given(argv) == {"total_timesteps", "eval_episodes", "noisy", "per", "seed",
+                                         "checkpoint_buffer"}
+
+
+def files_of(run_dir):
+    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
+    total, ckpt_path = 480, tmp_path / "runs" / "once" / "checkpoint.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--no-impala", "--total-timesteps", str(total),
+                             "--output-dir", "runs", "--run-name", "once"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
+    assert 0 < stopped < total
+    p = run(["--resume", str(ckpt_path)], tmp_path)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-3000:]
+    res = json.loads((ckpt_path.parent / "eval_results.json").read_text())
+    assert res["total_timesteps"] == total == res["global_step"]  # not the default 20M
+    assert res["eval"]["episodes"] == 1 and all(n <= 50 for n in res["eval"]["lengths"])  # the first run's eval flags
+    first_args = torch.load(ckpt_path, weights_only=True)["args"]
+    first_args.pop("resume"), res["args"].pop("resume")
+    assert res["args"] == first_args  # every flag of the first run
+    # Epsilon decays with the first run's 400 --exploration-steps (the default is 2M) across the stop, and is
+    # switched off at step 400 = max(--learning-starts, half of the original 480 steps), not of the default 20M.
+    eps = scalars(ckpt_path.parent)["charts/epsilon"]
+    off = abs_btr.epsilon_off_step(total, 0.5, 400, True)
+    assert off == 400 and eps[-1][1] == 0.0
+    assert all(v == pytest.approx(abs_btr.exploration_epsilon(s - 8, "geometric", 1.0, 0.01, 400, off), abs=1e-6)
+               for s, v in eps)
+    after = min(s for s, _ in eps if s > stopped)
+    assert dict(eps)[after] < abs_btr.exploration_epsilon(after - 8, "geometric", 1.0, 0.01, 2_000_000) - 0.05
+
+    # A new run with the same --run-name is refused and leaves the first run's files as they were.
+    before = files_of(ckpt_path.parent)
+    p = run([*TINY, "--no-impala", "--total-timesteps", "64", "--output-dir", "runs", "--run-name", "once"], tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
+    assert files_of(ckpt_path.parent) == before
+
+
+class PickleBomb:
+    """Unpickling it creates a directory: the side effect a malicious checkpoint could have."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker, evil = tmp_path / "side_effect", tmp_path / "evil" / "checkpoint.pt"
+    evil.parent.mkdir()
+    torch.save({"args": {}, "run_name": "evil", "payload": PickleBomb(str(marker))}, evil)
+    p = run(["--resume", str(evil)], tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --resume: refused"), p.stderr
+    assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
+    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
+    assert marker.is_dir()

@@ -4,10 +4,12 @@ The end-to-end runs are subprocesses with tiny settings (InvertedPendulum-v5, a 
 `-m learning` runs the slow learning check (InvertedPendulum-v5, 200k steps, mean eval return >= 900).
 """
 import copy
+import dataclasses
 import importlib.util
 import json
 import math
 import os
+import runpy
 import shutil
 import signal
 import subprocess
@@ -19,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import tyro
 from torch.distributions import Independent, Normal, kl_divergence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -384,3 +387,128 @@ def test_learning_inverted_pendulum(tmp_path):
     res = json.loads((tmp_path / "learn" / "eval_results.json").read_text())
     print(f"learning check: eval mean {res['eval']['mean']:.1f} in {time.time() - start:.0f} s")
     assert res["global_step"] <= 200_000 + 8192 and res["eval"]["mean"] >= 900, res["eval"]
+
+
+# ---------------------------------------------------------------- run safety: flag domains, resume, run directories
+FLOATS = sorted(f.name for f in dataclasses.fields(ppo.Args) if f.type is float)
+# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+BAD_INPUTS = [
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"), (["--torch-threads", "-1"], "--torch-threads"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"), (["--log-every-seconds", "-1"], "--log-every-seconds"),
+    (["--total-timesteps", "0"], "--total-timesteps"), (["--learning-rate", "-1"], "--learning-rate"),
+    (["--learning-rate", "0"], "--learning-rate"), (["--num-envs", "0"], "--num-envs"),
+    (["--num-minibatches", "0"], "--num-minibatches"), (["--gamma", "1.5"], "--gamma"), (["--gamma", "0"], "--gamma"),
+    (["--gae-lambda", "-0.1"], "--gae-lambda"), (["--gae-lambda", "1.1"], "--gae-lambda"),
+    (["--clip-coef", "0"], "--clip-coef"), (["--ent-coef", "-0.1"], "--ent-coef"), (["--vf-coef", "-1"], "--vf-coef"),
+    (["--max-grad-norm", "0"], "--max-grad-norm"), (["--num-steps", "0"], "--num-steps"),
+    (["--num-steps-min", "0"], "--num-steps-min"), (["--num-steps-max", "0"], "--num-steps-max"),
+    (["--num-steps-min", "4096", "--num-steps-max", "2048"], "--num-steps-min"),
+    (["--num-steps-min", "1025", "--num-steps-max", "1050"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "100"], "--num-minibatches"),
+    (["--num-steps-min", "32", "--num-steps-max", "32"], "--num-minibatches"),  # 1 transition per minibatch
+    (["--adapt-freq", "0"], "--adapt-freq"), (["--window", "0"], "--window"), (["--ema-beta", "0"], "--ema-beta"),
+    (["--ema-beta", "1.5"], "--ema-beta"), (["--kl-low", "0"], "--kl-low"),
+    (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"), (["--ref-batch-size", "0"], "--ref-batch-size"),
+    (["--update-epochs", "0"], "--update-epochs"), (["--epochs-ref-steps", "0"], "--epochs-ref-steps"),
+    (["--min-update-epochs", "0"], "--min-update-epochs"), (["--eval-episodes", "-1"], "--eval-episodes"),
+    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
+    (["--track"], "--track"), (["--schedule", "cubic"], "--schedule"), (["--env-id", "Breakout-v5"], "--env-id"),
+    (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
+      for value in ("nan", "inf", "-inf")],
+]
+# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
+SAFE = ["--env-id", ENV, "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
+
+
+def test_bad_inputs_cover_every_numeric_flag():
+    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
+    numeric = {f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, float)}
+    assert numeric <= named and len(BAD_INPUTS) > 60
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *SAFE, *argv, "--output-dir", "out"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(SCRIPT), run_name="__main__")  # the script's real entry point, in this process
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_flags_given_reads_every_spelling_tyro_accepts():
+    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-anneal-lr", "--no_adapt", "--seed=2", "--cuda"]
+    args = tyro.cli(ppo.Args, args=argv)  # tyro takes all of these spellings
+    assert (args.total_timesteps, args.eval_episodes, args.anneal_lr, args.adapt, args.seed) == (5, 3, False, False, 2)
+    assert ppo.flags_given(argv) == {"total_timesteps", "eval_episodes", "anneal_lr", "adapt", "seed", "cuda"}
+
+
+def files_of(run_dir):
+    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
+    total, ckpt_path = 1000, tmp_path / "once" / "checkpoint.pt"
+    args = [*TINY, "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
+    p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for line in p.stdout:  # wait for the first finished iteration
+            if line.startswith("step "):
+                break
+        p.send_signal(signal.SIGTERM)
+        out = p.communicate(timeout=120)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, out
+    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
+    assert 0 < stopped < total
+    r = run_script(["--resume", str(ckpt_path)], cwd=tmp_path)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr[-2000:]
+    res = json.loads((tmp_path / "once" / "eval_results.json").read_text())
+    assert res["total_timesteps"] == total and total <= res["global_step"] < total + 256  # not the default 5M
+    assert res["eval"]["episodes"] == 2  # the first run's --eval-episodes, not the default 10
+    first_args = torch.load(ckpt_path, weights_only=True)["args"]
+    first_args.pop("resume"), res["args"].pop("resume")
+    assert res["args"] == first_args  # every flag of the first run
+    # The learning rate anneals over the original 1000 steps across the stop: an iteration starting at step s uses
+    # 3e-4 * (1 - s / 1000), logged at its end.
+    lrs = scalars(tmp_path / "once")["charts/learning_rate"]
+    starts = [0] + [s for s, _ in lrs[:-1]]
+    assert all(v == pytest.approx(3e-4 * (1 - s0 / total), rel=1e-5) for s0, (_, v) in zip(starts, lrs))
+    after = min(s for s, _ in lrs if s > stopped)
+    assert dict(lrs)[after] == pytest.approx(3e-4 * (1 - stopped / total), rel=1e-5)
+
+    # A new run with the same --run-name is refused and leaves the first run's files as they were.
+    before = files_of(tmp_path / "once")
+    r = run_script([*TINY, "--output-dir", str(tmp_path), "--run-name", "once"], timeout=120, cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], r.stderr
+    assert files_of(tmp_path / "once") == before
+
+
+class PickleBomb:
+    """Unpickling it creates a directory: the side effect a malicious checkpoint could have."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker, evil = tmp_path / "side_effect", tmp_path / "evil" / "checkpoint.pt"
+    evil.parent.mkdir()
+    torch.save({"args": {}, "run_name": "evil", "payload": PickleBomb(str(marker))}, evil)
+    r = run_script(["--resume", str(evil)], timeout=120, cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --resume: refused"), r.stderr
+    assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
+    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
+    assert marker.is_dir()

@@ -1,9 +1,13 @@
 """Tests of abs_pqn_atari.py: the ABS math by hand, delta and Q(lambda) against independent
 computations, and end-to-end runs of the script on a real envpool game with tiny settings."""
+import ast
 import copy
+import dataclasses
 import json
 import math
 import os
+import random
+import runpy
 import signal
 import subprocess
 import sys
@@ -13,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -572,3 +577,161 @@ def test_end_to_end_bf16_compile(tmp_path):
     ckpt = torch.load(tmp_path / "fast" / "checkpoint.pt", weights_only=False)
     pqn.QNetwork(4, "pqn").load_state_dict(ckpt["q_network"])
     assert res["global_step"] >= 1500
+
+
+# ------------------------------------------------------------------ run safety: flag domains, resume, run directories
+def numeric_flags(args_cls):
+    return {f.name for f in dataclasses.fields(args_cls) if f.type in (int, float)}
+
+
+FLOATS = sorted(f.name for f in dataclasses.fields(pqn.Args) if f.type is float)
+# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+BAD_INPUTS = [
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
+    (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
+    (["--num-envs", "0"], "--num-envs"), (["--num-minibatches", "0"], "--num-minibatches"),
+    (["--num-envs", "6"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
+    (["--gamma", "1.5"], "--gamma"), (["--gamma", "0"], "--gamma"), (["--q-lambda", "-0.1"], "--q-lambda"),
+    (["--q-lambda", "1.1"], "--q-lambda"), (["--max-grad-norm", "0"], "--max-grad-norm"),
+    (["--start-e", "1.5"], "--start-e"), (["--end-e", "-0.1"], "--end-e"),
+    (["--exploration-fraction", "2"], "--exploration-fraction"), (["--num-steps", "0"], "--num-steps"),
+    (["--num-steps-min", "0"], "--num-steps-min"), (["--num-steps-max", "0"], "--num-steps-max"),
+    (["--num-steps-min", "80"], "--num-steps-min"), (["--adapt-freq", "0"], "--adapt-freq"),
+    (["--window", "0"], "--window"), (["--ema-beta", "0"], "--ema-beta"), (["--ema-beta", "1.5"], "--ema-beta"),
+    (["--divergence-low", "0"], "--divergence-low"), (["--divergence-high", "1.5"], "--divergence-high"),
+    (["--divergence-low", "0.5", "--divergence-high", "0.2"], "--divergence-low"),
+    (["--ref-batch-size", "0"], "--ref-batch-size"), (["--update-epochs", "0"], "--update-epochs"),
+    (["--epochs-ref-steps", "0"], "--epochs-ref-steps"), (["--eval-episodes", "-1"], "--eval-episodes"),
+    (["--eval-epsilon", "1.5"], "--eval-epsilon"), (["--eval-num-envs", "0"], "--eval-num-envs"),
+    (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
+    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
+    (["--track"], "--track"), (["--network", "resnet"], "--network"), (["--schedule", "cubic"], "--schedule"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
+      for value in ("nan", "inf", "-inf")],
+]
+# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
+SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
+
+
+def test_bad_inputs_cover_every_numeric_flag():
+    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
+    assert numeric_flags(pqn.Args) <= named and len(BAD_INPUTS) > 70
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_flags_given_reads_every_spelling_tyro_accepts():
+    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-adapt", "--no_track-divergence", "--seed=2",
+            "--output-dir", "o", "--cuda"]
+    args = tyro.cli(pqn.Args, args=argv)  # tyro takes all of these spellings
+    assert (args.total_timesteps, args.eval_episodes, args.adapt, args.seed, args.output_dir) == (5, 3, False, 2, "o")
+    assert pqn.flags_given(argv) == {"total_timesteps", "eval_episodes", "adapt", "track_divergence", "seed",
+                                     "output_dir", "cuda"}
+    assert pqn.flags_given(["--not-a-flag", "--no-such", "5"]) == set()
+
+
+def files_of(run_dir):
+    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
+    total, ckpt_path = 512, tmp_path / "once" / "checkpoint.pt"
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
+                             "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
+    assert 0 < stopped < total and torch.load(ckpt_path, weights_only=True)["algo"] == "abs_pqn_atari"
+    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path, env=ENV)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
+    res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
+    assert total <= res["global_step"] < total + 8 * 16  # the original --total-timesteps, not the default 20M
+    # Evaluation kept the first run's flags (2 episodes capped at 150 steps; check_eval_json checks both).
+    first_args = torch.load(ckpt_path, weights_only=True)["args"]
+    first_args.pop("resume"), res["args"].pop("resume")
+    assert res["args"] == first_args  # every flag of the first run
+    # Epsilon decays over 1.0 x 512 steps across the stop: the first step after it continues the line.
+    eps = dict(scalars(tmp_path / "once")["charts/epsilon"])
+    after = min(s for s in eps if s > stopped)
+    assert eps[after] == pytest.approx(pqn.linear_schedule(1.0, 0.001, total, after - 8), abs=1e-6)
+    assert eps[after] < eps[stopped] <= 1.0
+    assert all(v == pytest.approx(pqn.linear_schedule(1.0, 0.001, total, s - 8), abs=1e-6) for s, v in eps.items())
+
+    # A new run with the same --run-name is refused and leaves the first run's files as they were.
+    before = files_of(tmp_path / "once")
+    p = subprocess.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
+    assert files_of(tmp_path / "once") == before
+
+
+class PickleBomb:
+    """Unpickling it creates a directory: the side effect a malicious checkpoint could have."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker, evil = tmp_path / "side_effect", tmp_path / "evil" / "checkpoint.pt"
+    evil.parent.mkdir()
+    torch.save({"args": {}, "run_name": "evil", "payload": PickleBomb(str(marker))}, evil)
+    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(evil)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=ENV)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --resume: refused"), p.stderr
+    assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
+    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
+    assert marker.is_dir()
+
+
+SHARED = ("flag_of", "rule", "at_least", "positive", "probability", "discount", "one_of", "seed_rule", "run_name_rule",
+          "importable", "track_rule", "validate_args", "rng_state", "set_rng_state", "flags_given", "load_checkpoint",
+          "parse_args")
+
+
+@pytest.mark.parametrize("other", ["gns_pqn_atari.py", "abs_ppo_mujoco.py", "abs_btr.py"])
+def test_validation_resume_and_checkpoint_code_is_the_same_in_every_script(other):
+    def functions(name):
+        source = open(os.path.join(ROOT, name)).read()
+        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
+                if isinstance(n, ast.FunctionDef) and n.name in SHARED}
+
+    mine, theirs = functions("abs_pqn_atari.py"), functions(other)
+    assert set(mine) == set(SHARED) and mine == theirs
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    device = torch.device("cpu")
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    random.gauss(0, 1), np.random.randn()  # both now hold a cached second Gaussian, which the state must keep
+    torch.save({"rng": pqn.rng_state(device)}, tmp_path / "rng.pt")
+    expected = (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn())
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    pqn.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True)["rng"], device)
+    assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == expected

@@ -2,12 +2,15 @@
 squares, the schedule (including the undefined case), micro-batch gradients against autograd,
 validation, and end-to-end runs of the script on a real envpool game with tiny settings."""
 import copy
+import dataclasses
 import inspect
 import io
 import json
 import math
 import os
+import runpy
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -565,3 +569,146 @@ def test_resume_continues_step_count_L_and_run_dir(gns_run, tmp_path):
     sums = [v for _, v in scalars(run_dir)["perf/adapt_seconds"]]  # carried across the resume, not restarted at 0
     assert sums == sorted(sums) and sums[-1] == pytest.approx(ckpt2["perf"]["adapt"])
     assert ckpt2["perf"]["adapt"] > ckpt["perf"]["adapt"] > 0
+
+
+# ------------------------------------------------------------------ run safety: flag domains, resume, run directories
+def numeric_flags(args_cls):
+    return {f.name for f in dataclasses.fields(args_cls) if f.type in (int, float)}
+
+
+FLOATS = sorted(f.name for f in dataclasses.fields(gns.Args) if f.type is float)
+# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+BAD_INPUTS = [
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
+    (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
+    (["--num-envs", "0"], "--num-envs"), (["--num-minibatches", "0"], "--num-minibatches"),
+    (["--num-envs", "6"], "--num-minibatches"),
+    (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
+    (["--gamma", "1.5"], "--gamma"), (["--gamma", "0"], "--gamma"), (["--q-lambda", "-0.1"], "--q-lambda"),
+    (["--q-lambda", "1.1"], "--q-lambda"), (["--max-grad-norm", "0"], "--max-grad-norm"),
+    (["--start-e", "1.5"], "--start-e"), (["--end-e", "-0.1"], "--end-e"),
+    (["--exploration-fraction", "2"], "--exploration-fraction"), (["--num-steps", "0"], "--num-steps"),
+    (["--num-steps-min", "0"], "--num-steps-min"), (["--num-steps-max", "0"], "--num-steps-max"),
+    (["--num-steps-min", "80"], "--num-steps-min"), (["--gns-freq", "0"], "--gns-freq"),
+    (["--gns-micro-batches", "1"], "--gns-micro-batches"), (["--gns-micro-batches", "3"], "--gns-micro-batches"),
+    (["--gns-start-steps", "-1"], "--gns-start-steps"), (["--gns-start-steps", "80"], "--gns-start-steps"),
+    (["--gns-timing", "during"], "--gns-timing"), (["--gns-micro-batching", "strided"], "--gns-micro-batching"),
+    (["--update-epochs", "0"], "--update-epochs"),
+    (["--epochs-ref-steps", "0"], "--epochs-ref-steps"), (["--eval-episodes", "-1"], "--eval-episodes"),
+    (["--eval-epsilon", "1.5"], "--eval-epsilon"), (["--eval-num-envs", "0"], "--eval-num-envs"),
+    (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
+    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
+    (["--track"], "--track"), (["--network", "resnet"], "--network"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
+      for value in ("nan", "inf", "-inf")],
+]
+# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
+SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
+
+
+def test_bad_inputs_cover_every_numeric_flag():
+    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
+    assert numeric_flags(gns.Args) <= named and len(BAD_INPUTS) > 60
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_flags_given_reads_every_spelling_tyro_accepts():
+    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-adapt", "--no_bf16", "--seed=2",
+            "--output-dir", "o", "--cuda"]
+    args = tyro.cli(gns.Args, args=argv)  # tyro takes all of these spellings
+    assert (args.total_timesteps, args.eval_episodes, args.adapt, args.seed, args.output_dir) == (5, 3, False, 2, "o")
+    assert gns.flags_given(argv) == {"total_timesteps", "eval_episodes", "adapt", "bf16", "seed",
+                                     "output_dir", "cuda"}
+    assert gns.flags_given(["--not-a-flag", "--no-such", "5"]) == set()
+
+
+def files_of(run_dir):
+    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
+    total, ckpt_path = 256, tmp_path / "once" / "checkpoint.pt"
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
+                             "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
+    assert 0 < stopped < total
+    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path, env=ENV)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
+    res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
+    assert total <= res["global_step"] < total + 8 * 8  # the original --total-timesteps, not the default 20M
+    # Evaluation kept the first run's flags (2 episodes capped at 150 steps; check_eval_json checks both).
+    first_args = torch.load(ckpt_path, weights_only=True)["args"]
+    first_args.pop("resume"), res["args"].pop("resume")
+    assert res["args"] == first_args  # every flag of the first run
+    # Epsilon decays over 1.0 x 256 steps across the stop: the first step after it continues the line.
+    eps = dict(scalars(tmp_path / "once")["charts/epsilon"])
+    after = min(s for s in eps if s > stopped)
+    assert eps[after] == pytest.approx(gns.linear_schedule(1.0, 0.001, total, after - 8), abs=1e-6)
+    assert eps[after] < eps[stopped] <= 1.0
+    assert all(v == pytest.approx(gns.linear_schedule(1.0, 0.001, total, s - 8), abs=1e-6) for s, v in eps.items())
+
+    # A new run with the same --run-name is refused and leaves the first run's files as they were.
+    before = files_of(tmp_path / "once")
+    p = subprocess.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
+    assert files_of(tmp_path / "once") == before
+
+
+class PickleBomb:
+    """Unpickling it creates a directory: the side effect a malicious checkpoint could have."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker, evil = tmp_path / "side_effect", tmp_path / "evil" / "checkpoint.pt"
+    evil.parent.mkdir()
+    torch.save({"args": {}, "run_name": "evil", "payload": PickleBomb(str(marker))}, evil)
+    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(evil)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=ENV)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --resume: refused"), p.stderr
+    assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
+    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
+    assert marker.is_dir()
+
+
+def test_checkpoint_of_another_script_is_refused(tmp_path, capsys):
+    ckpt = tmp_path / "checkpoint.pt"
+    torch.save({"algo": "abs_pqn_atari", "args": {}, "run_name": "r"}, ckpt)  # what abs_pqn_atari.py stores
+    with pytest.raises(SystemExit) as e:
+        gns.parse_args(["--resume", str(ckpt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [f"error: --resume: {str(ckpt)!r} is a checkpoint of abs_pqn_atari.py, "
+                                         "not of gns_pqn_atari.py"]
+    torch.save({"algo": "gns_pqn_atari", "args": {"seed": 7}, "run_name": "r"}, ckpt)
+    assert gns.parse_args(["--resume", str(ckpt)])[0].seed == 7

@@ -406,3 +406,21 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
         assert res["total_timesteps"] == 32 and res["eval"]["episodes"] == 1
     out = sweep_cli("status", "atari10-batches", "--root", str(root))
     assert re.search(r"ABS\s+Pong-v5\s+1\s+0\s+0\s+0\s+0", out.stdout), out.stdout
+    # A run directory left with only event files (stopped before its first checkpoint) starts afresh, and TensorBoard
+    # shows that run's events only; one with a checkpoint is resumed with the same flags, without a warning.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    small, abs_dir = root / "atari10-batches" / "Small" / "Pong-v5__1", root / "atari10-batches" / "ABS" / "Pong-v5__1"
+    (small / "eval_results.json").unlink()
+    (small / "checkpoint.pt").unlink()
+    (abs_dir / "eval_results.json").unlink()
+    out = sweep_cli("run", "atari10-batches", "--games", "Pong", "--seeds", "1", "--labels", "ABS", "Small",
+                    "--scale", "0.0000016", "--workers", "2", "--root", str(root), "--extra-args", tiny_flags,
+                    timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert len(list(small.glob("events.out.tfevents.*"))) == 2 and (small / "eval_results.json").exists()
+    acc = EventAccumulator(str(small), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("charts/SPS")] == [32]  # one run's row, not [32, 32] from two runs
+    log = (root / "atari10-batches" / "ABS" / "logs" / "Pong-v5__1.log").read_text()
+    assert "resumed" in log and "warning" not in log and (abs_dir / "eval_results.json").exists()
