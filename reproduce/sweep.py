@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run the paper's experiment grids, on this machine or on a Slurm cluster (issue 7).
+"""Run the paper's experiment grids, on this machine or on a Slurm cluster.
 
     python reproduce/sweep.py run atari10-batches [--games Pong] [--seeds 1] [--scale 0.001]
                                   [--workers N] [--slurm --partition P ...] [--dry-run]
