@@ -66,7 +66,7 @@ class Args:
     log_every_seconds: float = 5.0
     """at most one progress line per this many seconds"""
     scalar_every: int = 100
-    """write the charts/losses/perf scalars every this many vectorised env steps"""
+    """write the SPS/epsilon/losses/perf scalars every this many vectorised env steps (games: as they end)"""
 
     # BTR
     env_id: str = "Breakout-v5"
