@@ -117,9 +117,10 @@ def early_mean(steps, values, total_steps: float) -> float:
 
 
 def late_variance(steps, values, total_steps: float) -> float:
-    """Population variance of episodic return over the last 10% of training steps."""
+    """Population variance of episodic return over the last 10% of training steps; NaN with fewer than two games
+    there (one game has no spread to measure)."""
     sel = np.asarray(steps) >= LATE * total_steps
-    return float(np.var(np.asarray(values)[sel])) if sel.any() else float("nan")
+    return float(np.var(np.asarray(values)[sel])) if sel.sum() >= 2 else float("nan")
 
 
 def finite_mean(xs) -> float:
@@ -643,10 +644,13 @@ def write_report(data, games, notes, args, table) -> Path:
     md += per_game_section(per_game_scores(data, games, args.reps, args.seed), games, labels, complete, pairs,
                            "Per-game evaluation return",
                            "Mean over seeds of each run's mean evaluation return (raw game score)")
+    atari = any(g in table for g in games)
     md += per_game_section(per_game_normalized(data, games, table, args.reps, args.seed), games, labels, complete,
-                           pairs, "Per-game human-normalised score",
+                           pairs, "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return",
                            "IQM over seeds of each run's human-normalised score (Atari; raw evaluation return "
-                           "elsewhere), the paper's per-game table")
+                           "elsewhere), the paper's per-game table" if atari else
+                           "IQM over seeds of each run's mean evaluation return (raw; no human-normalised score "
+                           "outside Atari)")
     md += early_late_section(*early_late(data, games), data, games, labels, pairs)
     md += improvement_section(rates, games, ref)
     md += figures_section(data, games, agg, rates, out, args.bins)

@@ -45,6 +45,7 @@ def test_improvement_rate_and_early_late():
     steps, values = np.arange(0, 1001, 100), np.arange(0, 1001, 100) / 10
     assert report.early_mean(steps, values, 1000) == 5.0  # steps 0, 100
     assert report.late_variance(steps, values, 1000) == 25.0  # values 90, 100
+    assert np.isnan(report.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
     assert report.finite_mean([1.0, np.nan, 3.0]) == 2.0
 
 
