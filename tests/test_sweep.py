@@ -487,5 +487,7 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
         res = json.loads((root / "atari10-batches" / label / "Pong-v5__1" / "eval_results.json").read_text())
         assert res["env_id"] == "Pong-v5" and res["seed"] == 1 and res["args"]["adapt"] is adapt
         assert res["total_timesteps"] == 32 and res["eval"]["episodes"] == 1
-    out = sweep_cli("status", "atari10-batches", "--root", str(root))
+    out = sweep_cli("status", "atari10-batches", "--root", str(root), "--scale", "0.0000016")
     assert re.search(r"ABS\s+Pong-v5\s+1\s+0\s+0\s+0\s+0", out.stdout), out.stdout
+    out = sweep_cli("status", "atari10-batches", "--root", str(root))  # the full-length grid: not done
+    assert re.search(r"ABS\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+1", out.stdout), out.stdout
