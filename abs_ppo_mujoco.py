@@ -56,8 +56,8 @@ class Args:
     """at most one progress line per this many seconds"""
 
     # PPO (CleanRL's ppo_continuous_action.py defaults)
-    env_id: str = "HalfCheetah-v5"
-    """a gymnasium MuJoCo id, e.g. HalfCheetah-v5 or InvertedPendulum-v5"""
+    env_id: str = "HalfCheetah-v4"
+    """a gymnasium MuJoCo id, e.g. HalfCheetah-v4 (the paper's version) or InvertedPendulum-v5"""
     total_timesteps: int = 5_000_000
     """total environment steps (summed over the envs)"""
     learning_rate: float = 3e-4
@@ -144,7 +144,7 @@ def validate_args(args: Args) -> None:
     except Exception:
         is_mujoco = False
     if not is_mujoco:
-        raise ValueError(f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v5, got {args.env_id!r}")
+        raise ValueError(f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {args.env_id!r}")
     for flag, value in [("--num-envs", args.num_envs), ("--num-minibatches", args.num_minibatches),
                         ("--num-steps", args.num_steps), ("--num-steps-min", args.num_steps_min),
                         ("--adapt-freq (K)", args.adapt_freq), ("--window (W)", args.window),

@@ -60,7 +60,9 @@ class Args:
     total_timesteps: int = 20_000_000
     """total environment steps (summed over the envs)"""
     learning_rate: float = 2.5e-4
-    """RAdam learning rate (constant)"""
+    """RAdam learning rate (constant unless --anneal-lr)"""
+    anneal_lr: bool = False
+    """anneal the learning rate linearly to 0 over --total-timesteps (as the authors' GNS code; the paper's PQN: off)"""
     num_envs: int = 128
     """number of parallel envpool environments E"""
     num_minibatches: int = 4
@@ -260,6 +262,12 @@ def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lam
     return returns
 
 
+def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
+    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
+    fraction of environment steps done (iterations vary in length), as in the authors' GNS code."""
+    return learning_rate * max(0.0, 1.0 - global_step / total_timesteps) if anneal else learning_rate
+
+
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
     return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
 
@@ -275,24 +283,27 @@ def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
 
 
 class ResidualBlock(nn.Module):
-    """Multi-Skip block: Linear-LN-ReLU-Linear-LN, plus the block's input and the global projection."""
+    """Multi-Skip block (Lee et al. 2025): relu(h + body(h)) + p, body = Linear-LN-ReLU-Linear-LN and p the
+    global skip (the head's input projection), added after the block's activation as in the authors' code."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
 
     def forward(self, h, projection):
-        return F.relu(h + self.body(h) + projection)
+        return F.relu(h + self.body(h)) + projection
 
 
 class QNetwork(nn.Module):
-    """pqn: Nature CNN + 512 LN dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head."""
+    """pqn: Nature CNN + 512 LN ReLU dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head, whose
+    input projection is Linear + LN without an activation, then the residual blocks, then the output layer."""
 
     def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
         super().__init__()
         channels, num_blocks = NETWORKS[network]
         self.encoder = nature_cnn(*channels)
-        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        activation = [nn.ReLU()] if num_blocks == 0 else []
+        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), *activation)
         self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
         self.head = nn.Linear(hidden, num_actions)
         for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
@@ -550,6 +561,9 @@ if __name__ == "__main__":
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
+        learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
         measure = measuring and iteration % args.adapt_freq == 0
         if measure:
@@ -623,6 +637,7 @@ if __name__ == "__main__":
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("charts/learning_rate", learning_rate, global_step)
         writer.add_scalar("losses/td_loss", td_loss, global_step)
         writer.add_scalar("losses/q_values", mean_q, global_step)
         for phase, seconds in perf.items():

@@ -60,7 +60,9 @@ class Args:
     total_timesteps: int = 20_000_000
     """total environment steps (summed over the envs)"""
     learning_rate: float = 2.5e-4
-    """RAdam learning rate (constant)"""
+    """RAdam learning rate (constant unless --anneal-lr)"""
+    anneal_lr: bool = False
+    """anneal the learning rate linearly to 0 over --total-timesteps (as the authors' GNS code; the paper's PQN: off)"""
     num_envs: int = 128
     """number of parallel envpool environments E"""
     num_minibatches: int = 4
@@ -86,13 +88,21 @@ class Args:
     num_steps: int = 32
     """rollout length L when --no-adapt"""
     num_steps_min: int = 16
-    """L_min, the shortest rollout GNS uses (and the length before the first estimate)"""
+    """L_min, the shortest rollout GNS uses (and the length before the first estimate unless --gns-start-steps)"""
     num_steps_max: int = 64
     """L_max, the longest rollout GNS uses (storage is allocated at this length)"""
     gns_freq: int = 50
-    """K: estimate the gradient noise scale every K iterations (before that iteration's update)"""
+    """K: estimate the gradient noise scale every K iterations"""
     gns_micro_batches: int = 8
     """m: the batch is split into m equal micro-batches, one gradient each (--num-envs must divide by m)"""
+    gns_timing: str = "before"
+    """before: estimate before iterations 0, K, 2K, ..; after: after the K-th, 2K-th, .. update (authors' code)"""
+    gns_micro_batching: str = "shuffled"
+    """shuffled: random micro-batches | contiguous: slices of the time-major batch (authors' code)"""
+    gns_start_steps: int = 0
+    """rollout length until the first estimate (0: L_min; the authors' code starts at 32)"""
+    gns_fixed_epochs: bool = False
+    """run --update-epochs epochs whatever L is (the authors' code) instead of the epoch rule"""
     update_epochs: int = 2
     """base epochs at the reference length (also the floor of the epoch rule)"""
     epochs_ref_steps: int = 32
@@ -115,6 +125,8 @@ class Args:
     """torch.compile the Q-network for acting and learning (compiles for a while at the start and once more when L first changes)"""
 
 
+GNS_TIMINGS = ("before", "after")
+GNS_MICRO_BATCHINGS = ("shuffled", "contiguous")
 NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
 # Flags that may change on --resume; every other flag is taken from the checkpoint.
 RUN_CONTROL_FLAGS = (
@@ -143,6 +155,14 @@ def validate_args(args: Args) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.num_steps_min > args.num_steps_max:
         raise ValueError(f"--num-steps-min ({args.num_steps_min}) must be <= --num-steps-max ({args.num_steps_max})")
+    if args.gns_timing not in GNS_TIMINGS:
+        raise ValueError(f"--gns-timing must be one of {', '.join(GNS_TIMINGS)}, got {args.gns_timing!r}")
+    if args.gns_micro_batching not in GNS_MICRO_BATCHINGS:
+        raise ValueError(f"--gns-micro-batching must be one of {', '.join(GNS_MICRO_BATCHINGS)}, "
+                         f"got {args.gns_micro_batching!r}")
+    if args.gns_start_steps and not args.num_steps_min <= args.gns_start_steps <= args.num_steps_max:
+        raise ValueError(f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
+                         f"= [{args.num_steps_min}, {args.num_steps_max}], got {args.gns_start_steps}")
     if args.gns_micro_batches < 2:
         raise ValueError(f"--gns-micro-batches must be >= 2 (tr(S) is a spread of micro-batch gradients), "
                          f"got {args.gns_micro_batches}")
@@ -173,6 +193,27 @@ def round_half_up(x: float) -> int:
 def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
     """Gradient-intensity compensation: updates per transition stay constant as L grows."""
     return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+def gns_update_epochs(L: int, base_epochs: int, ref_steps: int, fixed: bool) -> int:
+    """The epoch rule, or with fixed (--gns-fixed-epochs, the authors' GNS code) base_epochs whatever L is."""
+    return base_epochs if fixed else update_epochs_for(L, base_epochs, ref_steps)
+
+
+def gns_estimates_in(iteration: int, gns_freq: int, timing: str) -> bool:
+    """Whether 0-based `iteration` estimates. before: ahead of the update of iterations 0, K, 2K, ...;
+    after: once the update of iterations K-1, 2K-1, ... is done, i.e. after the K-th, 2K-th, ... update
+    (the authors' code: its first estimate comes after 50 updates at its starting L)."""
+    return (iteration + (timing == "after")) % gns_freq == 0
+
+
+def micro_batch_order(batch: int, micro_batching: str, device) -> torch.Tensor:
+    """shuffled: a random permutation, so each micro-batch mixes time steps and envs; contiguous: the stored
+    order, so with a time-major batch of E envs each micro-batch is a block of B / (m E) consecutive steps of
+    every env (the authors' code; consecutive steps are correlated, which raises tr(S) and B_simple)."""
+    if micro_batching == "shuffled":
+        return torch.randperm(batch, device=device)
+    return torch.arange(batch, device=device)
 
 
 def gns_estimate(micro_grads: torch.Tensor, batch_size: int) -> tuple[float, float, float]:
@@ -213,15 +254,38 @@ def micro_batch_gradients(q_network, obs, actions, returns, valid, num_micro_bat
     return torch.stack(grads)
 
 
+def learn_with_gns(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
+                   forward, bf16, estimate, timing, num_micro_batches, micro_batching):
+    """One iteration's pqn_update; with `estimate`, a GNS estimate on the same batch (returns and valid
+    included) taken before the update (timing "before": at the weights that collected the batch and gave
+    its targets) or after it (timing "after": at the weights just fitted to it, as the authors' code does).
+    The micro-batch gradients always use the plain float32 module. Returns (td_loss, mean_q,
+    (tr_S, G2, B_simple) or None, seconds spent on the estimate)."""
+    def gns():
+        t0 = time.perf_counter()
+        order = micro_batch_order(obs.shape[0], micro_batching, obs.device)
+        grads = micro_batch_gradients(q_network, obs, actions, returns, valid, num_micro_batches, order)
+        return gns_estimate(grads, obs.shape[0]), time.perf_counter() - t0
+
+    result, seconds = None, 0.0
+    if estimate and timing == "before":
+        result, seconds = gns()
+    td_loss, mean_q = pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches,
+                                 max_grad_norm, forward, bf16)
+    if estimate and timing == "after":
+        result, seconds = gns()
+    return td_loss, mean_q, result, seconds
+
+
 class GNSScheduler:
     """L = clip(round(B_simple / E), L_min, L_max) after each estimate; an undefined one (|G|^2 <= 0) keeps L.
 
     The public code drops to L_min when the estimate is undefined; here it is kept and counted.
     """
 
-    def __init__(self, L_min, L_max, num_envs):
+    def __init__(self, L_min, L_max, num_envs, L_start=None):
         self.L_min, self.L_max, self.num_envs = L_min, L_max, num_envs
-        self.L = L_min
+        self.L = L_min if L_start is None else L_start  # the length until the first estimate
         self.b_simple = float("nan")  # the last estimate (nan: none yet, or undefined)
         self.num_estimates = 0
         self.num_undefined = 0
@@ -266,6 +330,12 @@ def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lam
     return returns
 
 
+def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
+    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
+    fraction of environment steps done (iterations vary in length), as in the authors' GNS code."""
+    return learning_rate * max(0.0, 1.0 - global_step / total_timesteps) if anneal else learning_rate
+
+
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
     return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
 
@@ -281,24 +351,27 @@ def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
 
 
 class ResidualBlock(nn.Module):
-    """Multi-Skip block: Linear-LN-ReLU-Linear-LN, plus the block's input and the global projection."""
+    """Multi-Skip block (Lee et al. 2025): relu(h + body(h)) + p, body = Linear-LN-ReLU-Linear-LN and p the
+    global skip (the head's input projection), added after the block's activation as in the authors' code."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
 
     def forward(self, h, projection):
-        return F.relu(h + self.body(h) + projection)
+        return F.relu(h + self.body(h)) + projection
 
 
 class QNetwork(nn.Module):
-    """pqn: Nature CNN + 512 LN dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head."""
+    """pqn: Nature CNN + 512 LN ReLU dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head, whose
+    input projection is Linear + LN without an activation, then the residual blocks, then the output layer."""
 
     def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
         super().__init__()
         channels, num_blocks = NETWORKS[network]
         self.encoder = nature_cnn(*channels)
-        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        activation = [nn.ReLU()] if num_blocks == 0 else []
+        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), *activation)
         self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
         self.head = nn.Linear(hidden, num_actions)
         for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
@@ -502,7 +575,7 @@ if __name__ == "__main__":
     q_forward = torch.compile(q_network) if args.compile else q_network
     E = args.num_envs
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
-    scheduler = GNSScheduler(L_min, L_max, E)
+    scheduler = GNSScheduler(L_min, L_max, E, args.gns_start_steps if args.adapt and args.gns_start_steps else None)
 
     storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
     obs_buf, actions_buf, rewards_buf, values_buf = storage["obs"], storage["actions"], storage["rewards"], storage["values"]
@@ -553,8 +626,11 @@ if __name__ == "__main__":
     start_time, start_step, last_print = time.time(), global_step, 0.0
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
-        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
-        measure = args.adapt and iteration % args.gns_freq == 0
+        learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
+        epochs = gns_update_epochs(L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs)
+        measure = args.adapt and gns_estimates_in(iteration, args.gns_freq, args.gns_timing)
         for step in range(L):
             t0 = time.perf_counter()
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -593,30 +669,12 @@ if __name__ == "__main__":
         b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
         perf["update"] += time.perf_counter() - t0
 
-        if measure:  # before the update: the gradient at the weights that collected the batch and gave its targets
-            t0 = time.perf_counter()
-            micro_grads = micro_batch_gradients(q_network, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
-                                                valid_buf[:L].reshape(-1), args.gns_micro_batches,
-                                                torch.randperm(L * E, device=device))
-            tr_S, G2, b_simple = gns_estimate(micro_grads, L * E)
-            del micro_grads
-            new_L = scheduler.update(tr_S, G2)
-            gns_seconds = time.perf_counter() - t0  # this estimate alone; perf/adapt_seconds is the running sum
-            perf["adapt"] += gns_seconds
-            writer.add_scalar("adapt/gns", b_simple, global_step)
-            writer.add_scalar("adapt/gns_noise", tr_S, global_step)
-            writer.add_scalar("adapt/gns_signal", G2, global_step)
-            writer.add_scalar("adapt/num_steps", new_L, global_step)
-            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
-            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
-            writer.add_scalar("adapt/gns_seconds", gns_seconds, global_step)
-            writer.add_scalar("adapt/gns_undefined", scheduler.num_undefined, global_step)
-
         t0 = time.perf_counter()
         try:
-            td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
-                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm,
-                                         q_forward, args.bf16)
+            td_loss, mean_q, estimate, gns_seconds = learn_with_gns(
+                q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
+                valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward, args.bf16,
+                measure, args.gns_timing, args.gns_micro_batches, args.gns_micro_batching)
         except NonFiniteLoss as e:
             failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
             train_seconds += time.time() - start_time  # up to now, like the perf sums
@@ -625,7 +683,20 @@ if __name__ == "__main__":
                   "Start again with a lower --learning-rate.", file=sys.stderr)
             writer.close()
             sys.exit(3)
-        perf["update"] += time.perf_counter() - t0
+        perf["update"] += time.perf_counter() - t0 - gns_seconds
+        if estimate is not None:
+            tr_S, G2, b_simple = estimate
+            new_L = scheduler.update(tr_S, G2)
+            perf["adapt"] += gns_seconds  # this estimate alone in adapt/gns_seconds; perf/adapt_seconds sums them
+            writer.add_scalar("adapt/gns", b_simple, global_step)
+            writer.add_scalar("adapt/gns_noise", tr_S, global_step)
+            writer.add_scalar("adapt/gns_signal", G2, global_step)
+            writer.add_scalar("adapt/num_steps", new_L, global_step)
+            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
+            writer.add_scalar("adapt/update_epochs", gns_update_epochs(new_L, args.update_epochs, args.epochs_ref_steps,
+                                                                       args.gns_fixed_epochs), global_step)
+            writer.add_scalar("adapt/gns_seconds", gns_seconds, global_step)
+            writer.add_scalar("adapt/gns_undefined", scheduler.num_undefined, global_step)
         iteration += 1
 
         now = time.time()
@@ -633,6 +704,7 @@ if __name__ == "__main__":
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("charts/learning_rate", learning_rate, global_step)
         writer.add_scalar("losses/td_loss", td_loss, global_step)
         writer.add_scalar("losses/q_values", mean_q, global_step)
         for phase, seconds in perf.items():

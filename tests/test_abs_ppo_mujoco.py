@@ -237,6 +237,42 @@ def test_bad_flags_exit_2_and_create_nothing(tmp_path, argv):
 
 
 # ---------------------------------------------------------------- end-to-end runs
+def grid_mujoco_ids():
+    import tomllib
+
+    with open(ROOT / "reproduce" / "experiments.toml", "rb") as f:
+        return tomllib.load(f)["games"]["mujoco"]
+
+
+@pytest.mark.filterwarnings("ignore:.*is out of date")
+def test_grid_runs_the_papers_v4_tasks_and_they_step():
+    ids = grid_mujoco_ids()
+    assert ids == ["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"]
+    assert ppo.Args().env_id == "HalfCheetah-v4"
+    dims = {}
+    for env_id in ids:
+        env = ppo.make_env(env_id, gamma=0.99)
+        obs, _ = env.reset(seed=0)
+        obs, reward, term, trunc, _ = env.step(env.action_space.sample())
+        dims[env_id] = obs.shape[0]
+        assert np.isfinite(obs).all() and np.isfinite(reward)
+        env.close()
+    # v4's observations (v5's Ant has 105 dimensions: contact forces are always included there).
+    assert dims == {"HalfCheetah-v4": 17, "Hopper-v4": 11, "Walker2d-v4": 17, "Ant-v4": 27, "Humanoid-v4": 376}
+
+
+@pytest.mark.filterwarnings("ignore:.*is out of date")
+def test_end_to_end_on_a_v4_task(tmp_path):
+    r = run_script(["--env-id", "Hopper-v4", "--num-steps-min", "64", "--num-steps-max", "256", "--num-minibatches",
+                    "4", "--adapt-freq", "1", "--window", "2", "--total-timesteps", "1000", "--eval-episodes", "1",
+                    "--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0", "--output-dir", str(tmp_path),
+                    "--run-name", "hopper"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.loads((tmp_path / "hopper" / "eval_results.json").read_text())
+    assert res["env_id"] == "Hopper-v4" and res["global_step"] >= 1000 and res["eval"]["episodes"] == 1
+    assert np.isfinite(res["eval"]["mean"]) and 0 < res["eval"]["lengths"][0] <= 1000
+
+
 @pytest.fixture(scope="module")
 def abs_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("abs")

@@ -213,6 +213,67 @@ def test_networks(network, linears):
     assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 4 + (linears - 2)  # 3 conv LNs + projection LN + 2 per block
 
 
+class AuthorsMultiSkipQNetwork(nn.Module):
+    """PQN-L / PQN-XL written out the way the authors' code builds it (AtariCNN + MultiSkipResidualMLP):
+    conv-LN-ReLU x3, Linear(6272 -> 512) + LN with no activation = the global skip p, then per block
+    h <- relu(h + Linear-LN-ReLU-Linear-LN(h)) + p, then the output Linear (their trailing LayerNorm over the
+    Q-values is left out, as the README says)."""
+
+    def __init__(self, num_actions, num_blocks):
+        super().__init__()
+        self.cnn = nn.Sequential(nn.Conv2d(4, 64, 8, stride=4), nn.LayerNorm([64, 20, 20]), nn.ReLU(),
+                                 nn.Conv2d(64, 128, 4, stride=2), nn.LayerNorm([128, 9, 9]), nn.ReLU(),
+                                 nn.Conv2d(128, 128, 3, stride=1), nn.LayerNorm([128, 7, 7]), nn.ReLU(), nn.Flatten())
+        self.inp = nn.Linear(128 * 7 * 7, 512)
+        self.inp_ln = nn.LayerNorm(512)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(512, 512), nn.LayerNorm(512), nn.ReLU(),
+                                                  nn.Linear(512, 512), nn.LayerNorm(512)) for _ in range(num_blocks))
+        self.out = nn.Linear(512, num_actions)
+
+    def forward(self, x):
+        skip = self.inp_ln(self.inp(self.cnn(x.float() / 255.0)))
+        h = skip
+        for block in self.blocks:
+            h = torch.relu(h + block(h))
+            h = h + skip
+        return self.out(h)
+
+
+@pytest.mark.parametrize("network, num_blocks", [("pqn-l", 5), ("pqn-xl", 10)])
+def test_multi_skip_head_is_the_authors_layer_order(network, num_blocks):
+    torch.manual_seed(0)
+    net = pqn.QNetwork(6, network)
+    ref = AuthorsMultiSkipQNetwork(6, num_blocks)
+    ours, theirs = list(net.parameters()), list(ref.parameters())
+    assert [p.shape for p in ours] == [p.shape for p in theirs]  # same layers, in the same order
+    with torch.no_grad():
+        for a, b in zip(theirs, ours):
+            a.copy_(b)
+        # LayerNorm's default affine parameters (1, 0) would hide a misplaced LN: perturb them in both nets.
+        for a, b in zip(theirs, ours):
+            if a.dim() == 1:
+                noise = 0.1 * torch.randn_like(a)
+                a.add_(noise)
+                b.add_(noise)
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        out, expected = net(x), ref(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    # The projection has no activation: the head sees negative features (a ReLU there would zero them).
+    assert (net.projection(net.encoder(x.float() / 255.0)) < 0).any()
+
+
+def test_pqn_head_keeps_the_relu_after_its_dense_layer():
+    net = pqn.QNetwork(6, "pqn")
+    assert [type(m) for m in net.projection] == [nn.Linear, nn.LayerNorm, nn.ReLU] and len(net.blocks) == 0
+
+
+def test_learning_rate_is_constant_unless_annealed():
+    assert pqn.Args().anneal_lr is False  # the paper's PQN: no annealing
+    assert pqn.learning_rate_at(2.5e-4, 300, 1200, False) == 2.5e-4
+    assert pqn.learning_rate_at(2.5e-4, 300, 1200, True) == pytest.approx(2.5e-4 * 0.75, rel=1e-12)
+
+
 def test_rollout_storage_at_L_max_128_under_half_a_gigabyte():
     storage = pqn.allocate_storage(128, 128, (4, 84, 84), "meta")
     assert storage["obs"].dtype == torch.uint8

@@ -222,6 +222,123 @@ def test_micro_batch_gradients_average_to_the_batch_gradient():
         gns.micro_batch_gradients(net, obs, actions, returns, valid, 3)
 
 
+# ------------------------------------------------------------------ the authors' GNS protocol (flags), by hand
+def hand_gns(net, obs, actions, returns, valid, blocks):
+    """tr(S), |G|^2 of McCandlish et al. written out: one autograd gradient of the masked mean squared error
+    per micro-batch (index tensor in `blocks`), then b/(m-1) sum ||g_i - g_bar||^2 and ||g_bar||^2 - tr(S)/B."""
+    params = list(net.parameters())
+    g = []
+    for idx in blocks:
+        q = net(obs[idx]).gather(1, actions[idx][:, None]).squeeze(1)
+        loss = (valid[idx] * (q - returns[idx]) ** 2).sum() / valid[idx].sum()
+        g.append(torch.cat([x.reshape(-1) for x in torch.autograd.grad(loss, params)]).double().numpy())
+    g = np.stack(g)
+    m, B = len(blocks), obs.shape[0]
+    b = B // m
+    g_bar = g.mean(0)
+    tr_S = b / (m - 1) * ((g - g_bar) ** 2).sum()
+    return tr_S, (g_bar**2).sum() - tr_S / B
+
+
+def tiny_time_major_batch(L=4, E=4, num_actions=3, seed=0):
+    """A [L, E] rollout flattened time-major as the script does (row t * E + e), with one reset transition."""
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.randint(0, 256, (L, E, 4, 84, 84), dtype=torch.uint8, generator=gen)
+    actions = torch.randint(0, num_actions, (L, E), generator=gen)
+    returns = torch.randn(L, E, generator=gen)
+    valid = torch.ones(L, E)
+    valid[1, 2] = 0.0
+    return obs.reshape(L * E, 4, 84, 84), actions.reshape(-1), returns.reshape(-1), valid.reshape(-1)
+
+
+def test_learning_rate_annealing_by_hand():
+    assert gns.learning_rate_at(2.5e-4, 0, 1000, True) == 2.5e-4
+    assert gns.learning_rate_at(2.5e-4, 250, 1000, True) == pytest.approx(1.875e-4, rel=1e-12)
+    assert gns.learning_rate_at(2.5e-4, 1000, 1000, True) == 0.0
+    assert gns.learning_rate_at(2.5e-4, 1100, 1000, True) == 0.0  # the last rollout overshoots: never negative
+    assert gns.learning_rate_at(2.5e-4, 250, 1000, False) == 2.5e-4  # the paper's PQN: constant
+
+
+def test_estimate_timing_by_iteration():
+    # The authors' code counts iterations from 1 and estimates after the update when the count is a multiple of
+    # K: after the K-th, 2K-th, ... update. 0-based here: after iterations K-1, 2K-1, ...; the default estimates
+    # before the update of iterations 0, K, 2K, ...
+    assert [i for i in range(10) if gns.gns_estimates_in(i, 3, "before")] == [0, 3, 6, 9]
+    assert [i for i in range(10) if gns.gns_estimates_in(i, 3, "after")] == [2, 5, 8]
+    assert [i for i in range(200) if gns.gns_estimates_in(i, 50, "after")] == [49, 99, 149, 199]
+
+
+@pytest.mark.parametrize("L, fixed, epochs", [(16, True, 2), (64, True, 2), (16, False, 2), (64, False, 4),
+                                              (40, False, 3)])
+def test_fixed_epochs_by_hand(L, fixed, epochs):
+    assert gns.gns_update_epochs(L, 2, 32, fixed) == epochs
+
+
+def test_contiguous_micro_batches_are_blocks_of_consecutive_steps():
+    L, E, m = 4, 4, 2
+    assert torch.equal(gns.micro_batch_order(L * E, "contiguous", "cpu"), torch.arange(L * E))
+    torch.manual_seed(3)
+    order = gns.micro_batch_order(L * E, "shuffled", "cpu")
+    assert sorted(order.tolist()) == list(range(L * E)) and not torch.equal(order, torch.arange(L * E))
+    torch.manual_seed(0)
+    net = gns.QNetwork(3)
+    obs, actions, returns, valid = tiny_time_major_batch(L, E)
+    got = gns.micro_batch_gradients(net, obs, actions, returns, valid, m, gns.micro_batch_order(L * E, "contiguous", "cpu"))
+    steps = torch.arange(L * E) // E  # the time step of each row of the time-major batch
+    blocks = [torch.nonzero(steps < 2).squeeze(1), torch.nonzero(steps >= 2).squeeze(1)]  # steps 0-1, steps 2-3
+    tr_S, G2 = hand_gns(net, obs, actions, returns, valid, blocks)
+    est = gns.gns_estimate(got, L * E)
+    assert est[0] == pytest.approx(tr_S, rel=1e-6) and est[1] == pytest.approx(G2, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("micro_batching", ["contiguous", "shuffled"])
+def test_authors_timing_estimates_after_the_update_on_the_batch_just_fitted(micro_batching):
+    L, E, m = 4, 4, 2
+    obs, actions, returns, valid = tiny_time_major_batch(L, E, seed=1)
+    torch.manual_seed(0)
+    net = gns.QNetwork(3)
+    ref = copy.deepcopy(net)
+    opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
+    ref_opt = torch.optim.RAdam(ref.parameters(), lr=1e-3)
+    torch.manual_seed(7)
+    _, _, est, seconds = gns.learn_with_gns(net, opt, obs, actions, returns, valid, 2, 2, 10.0, None, False,
+                                            True, "after", m, micro_batching)
+    # By hand: the same update (same random minibatches), then the order of the micro-batches, then the estimate.
+    torch.manual_seed(7)
+    before = copy.deepcopy(ref)
+    gns.pqn_update(ref, ref_opt, obs, actions, returns, valid, 2, 2, 10.0)
+    order = torch.randperm(L * E) if micro_batching == "shuffled" else torch.arange(L * E)
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters()))
+    tr_S, G2 = hand_gns(ref, obs, actions, returns, valid, [order[:8], order[8:]])
+    assert est[0] == pytest.approx(tr_S, rel=1e-6) and est[1] == pytest.approx(G2, rel=1e-6, abs=1e-9) and seconds > 0
+    # ... and not the estimate at the weights before the update (what the default timing measures).
+    tr_S0, _ = hand_gns(before, obs, actions, returns, valid, [order[:8], order[8:]])
+    assert est[0] != pytest.approx(tr_S0, rel=1e-3)
+
+
+def test_default_timing_estimates_before_the_update():
+    L, E, m = 4, 4, 2
+    obs, actions, returns, valid = tiny_time_major_batch(L, E, seed=2)
+    torch.manual_seed(0)
+    net = gns.QNetwork(3)
+    ref = copy.deepcopy(net)
+    opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
+    ref_opt = torch.optim.RAdam(ref.parameters(), lr=1e-3)
+    torch.manual_seed(5)
+    _, _, est, _ = gns.learn_with_gns(net, opt, obs, actions, returns, valid, 2, 2, 10.0, None, False,
+                                      True, "before", m, "shuffled")
+    torch.manual_seed(5)
+    order = torch.randperm(L * E)  # drawn first, then the update's minibatches
+    tr_S, G2 = hand_gns(ref, obs, actions, returns, valid, [order[:8], order[8:]])
+    gns.pqn_update(ref, ref_opt, obs, actions, returns, valid, 2, 2, 10.0)
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters()))
+    assert est[0] == pytest.approx(tr_S, rel=1e-6) and est[1] == pytest.approx(G2, rel=1e-6, abs=1e-9)
+    # Without an estimate this is pqn_update alone.
+    torch.manual_seed(5)
+    assert gns.learn_with_gns(net, opt, obs, actions, returns, valid, 1, 2, 10.0, None, False, False, "after", m,
+                              "shuffled")[2:] == (None, 0.0)
+
+
 # ------------------------------------------------------------------ validation and identity with abs_pqn_atari.py
 @pytest.mark.parametrize("flags, needle", [
     (["--gns-micro-batches", "1"], "--gns-micro-batches"),
@@ -232,6 +349,10 @@ def test_micro_batch_gradients_average_to_the_batch_gradient():
     (["--num-steps-min", "80"], "--num-steps-min"),
     (["--env-id", "HalfCheetah-v5"], "--env-id"),
     (["--network", "resnet"], "--network"),
+    (["--gns-timing", "during"], "--gns-timing"),
+    (["--gns-micro-batching", "random"], "--gns-micro-batching"),
+    (["--gns-start-steps", "80"], "--gns-start-steps"),
+    (["--gns-start-steps", "8"], "--gns-start-steps"),
 ])
 def test_validate_args_rejects(flags, needle, capsys):
     with pytest.raises(SystemExit) as e:
@@ -257,6 +378,9 @@ def test_defaults_are_valid_and_the_papers():
     assert checkpoint is None
     assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.gns_freq, args.gns_micro_batches) == (128, 16, 64, 50, 8)
     assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.adapt) == (2, 32, 4, True)
+    # The principled estimator is the default; the authors' protocol is opt-in.
+    assert (args.gns_timing, args.gns_micro_batching, args.gns_start_steps, args.gns_fixed_epochs, args.anneal_lr) == (
+        "before", "shuffled", 0, False, False)
     # Fixed batch: the micro-batch rule does not apply.
     args, _ = gns.parse_args(["--no-adapt", "--num-envs", "12", "--num-steps", "32"])
     assert args.num_envs == 12
@@ -269,7 +393,7 @@ def test_shared_flags_and_code_are_abs_pqn_atari_s():
     assert set(vars(a)) - set(vars(g)) == {"adapt_freq", "window", "ema_beta", "divergence_low", "divergence_high",
                                            "ref_batch_size", "schedule", "track_divergence"}
     assert gns.RUN_CONTROL_FLAGS == abs_pqn.RUN_CONTROL_FLAGS and gns.NETWORKS == abs_pqn.NETWORKS
-    for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "linear_schedule", "nature_cnn",
+    for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "learning_rate_at", "linear_schedule", "nature_cnn",
                  "ResidualBlock", "QNetwork", "autocast", "select_actions", "allocate_storage", "pqn_update", "make_envs",
                  "evaluate", "summarize_eval", "atomic_write_json", "atomic_torch_save", "rng_state",
                  "set_rng_state", "parse_args"]:
@@ -335,6 +459,7 @@ def test_end_to_end_gns_moves_L_within_range(gns_run):
     val = {tag: [v for _, v in tags[tag]] for tag in ADAPT_TAGS}
     Ls = val["adapt/num_steps"]
     assert all(1 <= L <= 8 for L in Ls) and len(set(Ls)) > 1  # L moved and stayed in range
+    assert [v for _, v in tags["charts/learning_rate"]] == pytest.approx([2.5e-4] * len(tags["charts/SPS"]))  # constant
     prev_L, undefined = 1, 0  # the run starts at L_min
     for b_simple, noise, signal, L, B, ep, undefined_now in zip(*(val[t] for t in ADAPT_TAGS if t != "adapt/gns_seconds")):
         assert noise >= 0 and B == 8 * L and ep == gns.update_epochs_for(int(L), 2, 32)
@@ -355,6 +480,36 @@ def test_end_to_end_gns_moves_L_within_range(gns_run):
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert ckpt["scheduler"]["num_estimates"] == ckpt["iteration"] == len(steps)
     assert ckpt["scheduler"]["num_undefined"] == undefined and ckpt["scheduler"]["L"] == Ls[-1]
+
+
+def test_end_to_end_authors_protocol(tmp_path):
+    # The grid's GNS label: estimate after the update, contiguous micro-batches, start at L = 4 (the authors'
+    # 32, scaled to this range), fixed epochs, annealed learning rate. --epochs-ref-steps 2 makes the epoch rule
+    # ask for L epochs, so the fixed 2 show; an estimate every 3 iterations.
+    total = 400
+    p = run([*TINY, "--total-timesteps", str(total), "--run-name", "authors", "--eval-episodes", "0", "--gns-freq", "3",
+             "--gns-timing", "after", "--gns-micro-batching", "contiguous", "--gns-start-steps", "4",
+             "--gns-fixed-epochs", "--anneal-lr", "--epochs-ref-steps", "2"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = tmp_path / "authors"
+    check_eval_json(run_dir / "eval_results.json", {"gns_timing": "after", "gns_micro_batching": "contiguous",
+                                                    "gns_start_steps": 4, "gns_fixed_epochs": True, "anneal_lr": True},
+                    total, episodes=0)
+    tags = scalars(run_dir)
+    steps = [s for s, _ in tags["charts/SPS"]]  # one row per iteration, at its global step
+    assert steps[:3] == [32, 64, 96]  # iterations 1-3 at the start length 4 (8 envs x 4 steps)
+    est_steps = [s for s, _ in tags["adapt/num_steps"]]
+    assert est_steps == steps[2::3]  # after the 3rd, 6th, ... update, at that iteration's step
+    Ls = [int(v) for _, v in tags["adapt/num_steps"]]
+    for (s0, L), s1 in zip(zip(est_steps, Ls), [steps[steps.index(s) + 1] for s in est_steps[:-1]]):
+        assert s1 - s0 == 8 * L  # the estimate sets the next iteration's L
+    assert all(v == 2 for _, v in tags["adapt/update_epochs"])  # the rule would ask for L epochs
+    lrs = tags["charts/learning_rate"]
+    for (s_prev, _), (_, lr) in zip([(0, None)] + lrs[:-1], lrs):  # the rate of an iteration is set at its start
+        assert lr == pytest.approx(2.5e-4 * (1 - s_prev / total), rel=1e-5)
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(lrs[-1][1], rel=1e-6)
+    assert ckpt["scheduler"]["num_estimates"] == len(est_steps) == ckpt["iteration"] // 3
 
 
 def test_end_to_end_bf16_compile(tmp_path):

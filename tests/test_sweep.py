@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))
+sys.path.insert(1, str(ROOT))
 import sweep  # noqa: E402
 
 # A stand-in for a training script, following the conventions: it writes eval_results.json
@@ -115,6 +116,9 @@ def test_atari10_batches_expansion():
     assert by["Vanilla", "Amidar-v5", 3].command()[-4:] == ["--no-adapt", "--num-steps", "32", "--track-divergence"]
     assert by["Large", "Amidar-v5", 3].command()[-3:] == ["--no-adapt", "--num-steps", "64"]
     assert by["GNS", "Phoenix-v5", 1].command()[1] == "gns_pqn_atari.py"
+    # The paper's GNS row came from the authors' GNS protocol.
+    assert by["GNS", "Phoenix-v5", 1].command()[-8:] == ["--gns-timing", "after", "--gns-micro-batching", "contiguous",
+                                                         "--gns-start-steps", "32", "--gns-fixed-epochs", "--anneal-lr"]
     assert {r.env_id for r in runs} == {g + "-v5" for g in ("Amidar", "BattleZone", "Bowling", "DoubleDunk",
             "Frostbite", "KungFuMaster", "NameThisGame", "Phoenix", "Qbert", "Riverraid")}
 
@@ -168,16 +172,39 @@ def test_sensitivity_expansion():
 
 def test_mujoco_and_btr_expansion():
     runs = builtin("mujoco")
-    assert {r.env_id for r in runs} == {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"}
+    # The paper's (and CleanRL's published) MuJoCo version.
+    assert {r.env_id for r in runs} == {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
     assert {r.label for r in runs} == {"PPO", "PPO+ABS"} and len(runs) == 30
     assert all(r.script == "abs_ppo_mujoco.py" and r.total_timesteps == 5_000_000 for r in runs)
     assert [r.flags for r in runs[:2]] == [("--no-adapt", "--num-steps", "2048"), ()]
-    assert builtin("mujoco", games=["Hopper"])[0].env_id == "Hopper-v5"
+    assert builtin("mujoco", games=["Hopper"])[0].env_id == "Hopper-v4"
     runs = builtin("btr-atari5")
     assert {r.env_id for r in runs} == {"BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"}
     assert all(r.script == "abs_btr.py" and r.total_timesteps == 50_000_000 for r in runs)
     assert runs[0].dir == Path("/r/btr-atari5/BTR/BattleZone-v5__1")
     assert runs[0].flags == ("--no-adapt", "--batch-size", "256") and runs[1].flags == ()
+
+
+def test_every_builtin_label_is_accepted_by_its_script(capsys):
+    # Each label's command line (the first game's, and every MuJoCo task) parses and validates in its script,
+    # without creating anything: a flag renamed in a script or a bad env id in the grid fails here.
+    import importlib
+
+    games, exps = sweep.load_config()
+    checked = set()
+    for name in exps:
+        for r in sweep.expand(name, exps, games, "/nonexistent-root"):
+            key = (r.label, r.script) if name != "mujoco" else (r.label, r.env_id)
+            if (name, key) in checked:
+                continue
+            checked.add((name, key))
+            module = importlib.import_module(Path(r.script).stem)
+            try:
+                module.parse_args(r.command()[2:])
+            except SystemExit as e:
+                pytest.fail(f"{name}/{r.label}: {' '.join(r.command())}: exit {e.code}: {capsys.readouterr().err}")
+    assert ("atari10-batches", ("GNS", "gns_pqn_atari.py")) in checked and ("mujoco", ("PPO", "Ant-v4")) in checked
+    assert not Path("/nonexistent-root").exists()
 
 
 def test_dry_run_prints_commands_and_steps(tiny):
