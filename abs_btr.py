@@ -95,8 +95,12 @@ class Args:
     """initial exploration epsilon (on top of the noisy nets)"""
     end_e: float = 0.01
     """final exploration epsilon"""
+    epsilon_schedule: str = "geometric"
+    """epsilon decay: geometric (BTR's, end + (start - end)(1 - 1/exploration-steps)^t at env step t) | linear"""
     exploration_steps: int = 2_000_000
-    """env steps over which epsilon decays linearly"""
+    """env steps of the epsilon decay: the geometric decay's time constant, or the linear decay's length"""
+    epsilon_off_fraction: float = 0.5
+    """with noisy nets, epsilon is 0 from this fraction of --total-timesteps on, not before learning starts (BTR: 0.5)"""
     impala: bool = True
     """IMPALA CNN encoder (--no-impala: the Nature DQN CNN)"""
     model_size: float = 2.0
@@ -151,6 +155,8 @@ class Args:
     """ABS rounds its batch to a multiple of this (B_min and B_max must be multiples)"""
     adapt_freq: int = 500
     """K: start a divergence measurement every K gradient steps"""
+    divergence_offset: Optional[int] = None
+    """gradient step of the first measurement, then every K (default: half the target period, between two copies)"""
     divergence_span: int = 8
     """gradient steps between the snapshot and the measurement"""
     window: int = 10
@@ -180,11 +186,12 @@ class Args:
 
     # Speed (same algorithm; see README "Speed flags")
     bf16: bool = False
-    """run the networks under bfloat16 autocast when acting and learning (targets, loss, divergence stay float32)"""
+    """bfloat16 autocast of the CNN encoder when acting and learning (the Q head, targets, loss, divergence: float32)"""
 
 
 FRAME_STACK = 4
 SCHEDULES = ("log", "linear")
+EPSILON_SCHEDULES = ("geometric", "linear")
 # Flags that may change on --resume; every other flag is taken from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
@@ -197,6 +204,9 @@ def validate_args(args: Args) -> None:
     """Raise ValueError with a one-line message naming the flag; called before anything is created."""
     if args.schedule not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    if args.epsilon_schedule not in EPSILON_SCHEDULES:
+        raise ValueError(f"--epsilon-schedule must be one of {', '.join(EPSILON_SCHEDULES)}, "
+                         f"got {args.epsilon_schedule!r}")
     try:
         is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
     except Exception:
@@ -226,6 +236,8 @@ def validate_args(args: Args) -> None:
     for flag, value in [("--batch-size-min", args.batch_size_min), ("--batch-size-max", args.batch_size_max)]:
         if args.adapt and value % args.batch_size_multiple:
             raise ValueError(f"{flag} ({value}) must be a multiple of --batch-size-multiple ({args.batch_size_multiple})")
+    if args.divergence_offset is not None and args.divergence_offset < 0:
+        raise ValueError(f"--divergence-offset must be >= 0, got {args.divergence_offset}")
     if args.divergence_span > args.adapt_freq:
         raise ValueError(f"--divergence-span ({args.divergence_span}) must be <= --adapt-freq ({args.adapt_freq})")
     if not 0.0 < args.divergence_low < args.divergence_high <= 1.0:
@@ -245,7 +257,8 @@ def validate_args(args: Args) -> None:
     if args.munchausen_clip > 0.0 or args.per_alpha < 0.0 or not 0.0 <= args.per_beta <= 1.0:
         raise ValueError("--munchausen-clip must be <= 0, --per-alpha >= 0 and --per-beta in [0, 1], got "
                          f"{args.munchausen_clip}, {args.per_alpha} and {args.per_beta}")
-    for flag, value in [("--start-e", args.start_e), ("--end-e", args.end_e), ("--eval-epsilon", args.eval_epsilon)]:
+    for flag, value in [("--start-e", args.start_e), ("--end-e", args.end_e), ("--eval-epsilon", args.eval_epsilon),
+                        ("--epsilon-off-fraction", args.epsilon_off_fraction)]:
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{flag} must be in [0, 1], got {value}")
     if min(args.learning_starts, args.exploration_steps, args.maxpool_size, args.noisy_sigma0) < 0:
@@ -310,6 +323,21 @@ class ABSScheduler:
     def load_state_dict(self, state):
         self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
         self.history = deque(state["history"], maxlen=self.window)
+
+
+def measurement_offset(divergence_offset: Optional[int], target_network_frequency: int) -> int:
+    """The gradient step of the first measurement: by default mid-way between two target-network copies."""
+    return target_network_frequency // 2 if divergence_offset is None else divergence_offset
+
+
+def measurement_starts(grad_steps: int, adapt_freq: int, offset: int) -> bool:
+    """A divergence measurement starts before gradient step `grad_steps`: at offset, offset + K, offset + 2K, ...
+
+    With K a multiple of the target period P (BTR: both 500) and 0 < offset mod P <= P - span, no measured span holds
+    a target copy; at offset 0 each span would start with a copy, so delta would only ever see the updates right
+    after one.
+    """
+    return grad_steps >= offset and (grad_steps - offset) % adapt_freq == 0
 
 
 @torch.no_grad()
@@ -587,12 +615,16 @@ class BTRNetwork(nn.Module):
 
     def forward(self, x, taus=None):  # x: uint8 [B, 4, 84, 84]; taus: [B, N] quantile fractions
         h = self.encoder(x.float() / 255.0).unsqueeze(1)  # [B, 1, F]
-        if self.iqn:
-            h = h * F.relu(self.cos_embedding(torch.cos(taus.unsqueeze(2) * self.cos_freqs)))  # [B, N, F]
-        advantage = self.advantage(h)
-        if self.value is None:
-            return advantage
-        return self.value(h) + advantage - advantage.mean(dim=2, keepdim=True)
+        # The head always runs in float32, also under --bf16 autocast: a bfloat16 Q-value of size 40 is rounded to
+        # 0.25, and Munchausen's log-softmax at temperature 0.03 would turn that into errors of several nats.
+        with torch.autocast(h.device.type, enabled=False):
+            h = h.float()
+            if self.iqn:
+                h = h * F.relu(self.cos_embedding(torch.cos(taus.unsqueeze(2) * self.cos_freqs)))  # [B, N, F]
+            advantage = self.advantage(h)
+            if self.value is None:
+                return advantage
+            return self.value(h) + advantage - advantage.mean(dim=2, keepdim=True)
 
     def q_values(self, x, taus=None):
         """Mean over quantiles; random fractions unless given (the acting policy)."""
@@ -694,6 +726,27 @@ def autocast(device: torch.device, bf16: bool):
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
     return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
+
+
+def geometric_schedule(start_e: float, end_e: float, time_constant: float, t: int) -> float:
+    """BTR's epsilon after t stored transitions: each one moves it 1/time_constant of the way to end_e."""
+    return end_e + (start_e - end_e) * (1.0 - 1.0 / max(time_constant, 1.0)) ** t
+
+
+def exploration_epsilon(t: int, schedule: str, start_e: float, end_e: float, exploration_steps: int,
+                        off_at: Optional[int] = None) -> float:
+    """Epsilon at env step t (summed over the envs); 0 from off_at on (None: never switched off)."""
+    if off_at is not None and t >= off_at:
+        return 0.0
+    if schedule == "geometric":
+        return geometric_schedule(start_e, end_e, exploration_steps, t)
+    return linear_schedule(start_e, end_e, exploration_steps, t)
+
+
+def epsilon_off_step(total_timesteps: int, off_fraction: float, learning_starts: int, noisy: bool) -> Optional[int]:
+    """BTR's switch-off: with noisy nets, epsilon-greedy stops once both learning has started and the given fraction
+    of training is done; without noisy nets epsilon-greedy is the only exploration and stays on."""
+    return max(learning_starts, math.ceil(off_fraction * total_timesteps)) if noisy else None
 
 
 def select_actions(q_values: torch.Tensor, epsilon: float):
@@ -903,10 +956,13 @@ if __name__ == "__main__":
         perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print, vector_steps = time.time(), global_step, 0.0, 0
     measuring = args.adapt or args.track_divergence
+    measure_offset = measurement_offset(args.divergence_offset, args.target_network_frequency)
+    epsilon_off = epsilon_off_step(args.total_timesteps, args.epsilon_off_fraction, args.learning_starts, args.noisy)
     ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)
     while global_step < args.total_timesteps:
         t0 = time.perf_counter()
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
+        epsilon = exploration_epsilon(global_step, args.epsilon_schedule, args.start_e, args.end_e,
+                                      args.exploration_steps, epsilon_off)
         with torch.no_grad(), autocast(device, args.bf16):
             reset_noise(q_network)
             q_values = q_network.q_values(torch.from_numpy(obs).to(device)).float()
@@ -932,7 +988,7 @@ if __name__ == "__main__":
 
         if replay.num_transitions >= args.learning_starts and replay.tree.total() > 0:
             t0 = time.perf_counter()
-            if measuring and ref_states is None and grad_steps % args.adapt_freq == 0:
+            if measuring and ref_states is None and measurement_starts(grad_steps, args.adapt_freq, measure_offset):
                 snapshot.load_state_dict(q_network.state_dict())
                 ref_states = torch.from_numpy(replay.newest_states(args.ref_batch_size)).to(device)
                 measure_at = grad_steps + args.divergence_span
