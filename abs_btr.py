@@ -67,7 +67,7 @@ class Args:
     log_every_seconds: float = 5.0
     """at most one progress line per this many seconds"""
     scalar_every: int = 100
-    """write the charts/losses/perf scalars every this many vectorised env steps"""
+    """write the SPS/epsilon/losses/perf scalars every this many vectorised env steps (games: as they end)"""
 
     # BTR
     env_id: str = "Breakout-v5"
@@ -843,6 +843,14 @@ def summarize_eval(returns, lengths, capped):
             **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
+def log_finished_games(writer, returns, lengths, step: int) -> None:
+    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
+    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
+    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
+        writer.add_scalar("charts/episodic_return", episode_return, step)
+        writer.add_scalar("charts/episodic_length", episode_length, step)
+
+
 def atomic_write_json(path, obj):
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
@@ -1035,7 +1043,7 @@ if __name__ == "__main__":
     obs, _ = envs.reset()
     ep_return = np.zeros(E)
     recent_returns = deque(maxlen=20)
-    finished_returns, finished_lengths, losses, mean_qs = [], [], [], []
+    losses, mean_qs = [], []
     # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
     perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
     if checkpoint is not None:
@@ -1065,8 +1073,8 @@ if __name__ == "__main__":
         ep_return += info["reward"]
         game_over = info["terminated"].astype(bool) | trunc
         if game_over.any():
-            finished_returns += ep_return[game_over].tolist()
-            finished_lengths += info["elapsed_step"][game_over].tolist()
+            log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
+            recent_returns.extend(ep_return[game_over].tolist())
             ep_return[game_over] = 0.0
         perf["inference"] += t1 - t0
         perf["env"] += t2 - t1
@@ -1116,10 +1124,6 @@ if __name__ == "__main__":
         train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
         if vector_steps % args.scalar_every == 0 or global_step >= args.total_timesteps:
-            if finished_returns:
-                recent_returns.extend(finished_returns)
-                writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
-                writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/per_beta", per_beta_now(), global_step)
@@ -1128,7 +1132,7 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/q_values", np.mean(mean_qs), global_step)
             for phase, seconds in perf.items():
                 writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
-            finished_returns, finished_lengths, losses, mean_qs = [], [], [], []
+            losses, mean_qs = [], []
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
             eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)

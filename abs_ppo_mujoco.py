@@ -495,6 +495,14 @@ def summarize_eval(returns, lengths, capped):
             **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
+def log_finished_games(writer, returns, lengths, step: int) -> None:
+    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
+    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
+    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
+        writer.add_scalar("charts/episodic_return", episode_return, step)
+        writer.add_scalar("charts/episodic_length", episode_length, step)
+
+
 def atomic_write_json(path, obj):
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
@@ -696,7 +704,6 @@ if __name__ == "__main__":
             snapshot.load_state_dict(agent.state_dict())
         lr = args.learning_rate * (1.0 - global_step / args.total_timesteps if args.anneal_lr else 1.0)
         optimizer.param_groups[0]["lr"] = lr
-        finished_returns, finished_lengths = [], []
         for step in range(L):
             t0 = time.perf_counter()
             obs_buf[step] = next_obs
@@ -713,8 +720,9 @@ if __name__ == "__main__":
             global_step += E
             if "final_info" in info:  # raw (unnormalised) episode statistics from RecordEpisodeStatistics
                 ended = info["final_info"]["_episode"]
-                finished_returns += info["final_info"]["episode"]["r"][ended].tolist()
-                finished_lengths += info["final_info"]["episode"]["l"][ended].tolist()
+                log_finished_games(writer, info["final_info"]["episode"]["r"][ended],
+                                   info["final_info"]["episode"]["l"][ended], global_step)
+                recent_returns.extend(info["final_info"]["episode"]["r"][ended].tolist())
             perf["inference"] += t1 - t0
             perf["env"] += t2 - t1
 
@@ -758,10 +766,6 @@ if __name__ == "__main__":
         now = time.time()
         train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        if finished_returns:
-            recent_returns.extend(finished_returns)
-            writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
-            writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/learning_rate", lr, global_step)
         for name, value in stats.items():

@@ -543,6 +543,14 @@ def summarize_eval(returns, lengths, capped):
             **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
+def log_finished_games(writer, returns, lengths, step: int) -> None:
+    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
+    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
+    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
+        writer.add_scalar("charts/episodic_return", episode_return, step)
+        writer.add_scalar("charts/episodic_length", episode_length, step)
+
+
 def atomic_write_json(path, obj):
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
@@ -733,7 +741,6 @@ if __name__ == "__main__":
             group["lr"] = learning_rate
         epochs = gns_update_epochs(L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs)
         measure = args.adapt and gns_estimates_in(iteration, args.gns_freq, args.gns_timing)
-        finished_returns, finished_lengths = [], []
         for step in range(L):
             t0 = time.perf_counter()
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -757,8 +764,8 @@ if __name__ == "__main__":
             ep_return += info["reward"]
             game_over = info["terminated"].astype(bool) | trunc
             if game_over.any():
-                finished_returns += ep_return[game_over].tolist()
-                finished_lengths += info["elapsed_step"][game_over].tolist()
+                log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
+                recent_returns.extend(ep_return[game_over].tolist())
                 ep_return[game_over] = 0.0
             perf["inference"] += t1 - t0
             perf["env"] += t2 - t1
@@ -805,10 +812,6 @@ if __name__ == "__main__":
         now = time.time()
         train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        if finished_returns:
-            recent_returns.extend(finished_returns)
-            writer.add_scalar("charts/episodic_return", np.mean(finished_returns), global_step)
-            writer.add_scalar("charts/episodic_length", np.mean(finished_lengths), global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
         writer.add_scalar("charts/learning_rate", learning_rate, global_step)

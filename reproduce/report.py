@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The paper's tables and figures from directories of finished runs (SPEC section 7, issue 6).
+"""The paper's tables and figures from directories of finished runs (README: "Reproducing the paper's tables").
 
     python reproduce/report.py --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
 
@@ -96,8 +96,18 @@ def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 
 
 
 def improvement_rate(score_ref: float, score_other: float) -> float:
-    """(score_ref - score_other) / |score_other|; NaN when score_other is 0."""
+    """(score_ref - score_other) / |score_other| (the paper's Figure 3 quantity); NaN when score_other is 0."""
     return (score_ref - score_other) / abs(score_other) if score_other != 0 else float("nan")
+
+
+def robust_improvement(a: float, b: float, random: float | None = None, human: float | None = None) -> float:
+    """(a - b) / (max(human, b) - random) on raw scores (Wang et al. 2016): a baseline near the random score
+    cannot inflate it. Without a human/random table (MuJoCo): (a - b) / max(|a|, |b|), bounded in [-2, 2];
+    NaN when both are 0."""
+    if random is not None and human is not None:
+        return (a - b) / (max(human, b) - random)
+    scale = max(abs(a), abs(b))
+    return (a - b) / scale if scale > 0 else float("nan")
 
 
 def early_mean(steps, values, total_steps: float) -> float:
@@ -107,15 +117,30 @@ def early_mean(steps, values, total_steps: float) -> float:
 
 
 def late_variance(steps, values, total_steps: float) -> float:
-    """Population variance of episodic return over the last 10% of training steps."""
+    """Population variance of episodic return over the last 10% of training steps; NaN with fewer than two games
+    there (one game has no spread to measure)."""
     sel = np.asarray(steps) >= LATE * total_steps
-    return float(np.var(np.asarray(values)[sel])) if sel.any() else float("nan")
+    return float(np.var(np.asarray(values)[sel])) if sel.sum() >= 2 else float("nan")
 
 
 def finite_mean(xs) -> float:
     """Mean of the finite values (NaN when none), e.g. the mean improvement rate over games."""
     v = [x for x in xs if np.isfinite(x)]
     return float(np.mean(v)) if v else float("nan")
+
+
+def finite_median(xs) -> float:
+    """Median of the finite values (NaN when none)."""
+    v = [x for x in xs if np.isfinite(x)]
+    return float(np.median(v)) if v else float("nan")
+
+
+def pairwise_wins(values: dict, a: str, b: str, games, pick=max) -> tuple[int, int]:
+    """(games where a beats b, games both have a finite value): the paper's "ABS wins 7/10" against one
+    baseline. pick=max: higher is better; pick=min: lower is better. A tie is not a win."""
+    both = [g for g in games if np.isfinite(values.get((g, a), np.nan)) and np.isfinite(values.get((g, b), np.nan))]
+    better = (lambda x, y: x > y) if pick is max else (lambda x, y: x < y)
+    return sum(better(values[(g, a)], values[(g, b)]) for g in both), len(both)
 
 
 def binned(steps, values, edges: np.ndarray) -> np.ndarray:
@@ -146,6 +171,7 @@ class Run:
     seed: int
     score: float  # mean evaluation return
     total_steps: int
+    total_timesteps: int  # the run's --total-timesteps (its planned length)
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
 
 
@@ -159,7 +185,8 @@ def read_run(label: str, run_dir: Path) -> Run:
     if not np.isfinite(score):
         raise ValueError(f"non-finite evaluation score {score}")
     total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)
-    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total)
+    planned = int(r.get("total_timesteps") or args.get("total_timesteps") or total)
+    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total, planned)
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
@@ -178,20 +205,26 @@ def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
 
 
 def load_scalars(run_dir: Path, tags) -> dict:
-    """tag -> (steps, values) from the run's TensorBoard events; a resumed run's re-logged steps keep
-    the newest value."""
+    """tag -> (steps, values) of every event in the run's TensorBoard files, sorted by step: the scripts log one
+    `charts/episodic_return` per finished game and several games can end at one step, so no event is dropped
+    (size_guidance 0 turns off TensorBoard's sampling of 10,000 events per tag). A resumed run's events after
+    its checkpoint are purged by TensorBoard itself (the scripts open the writer with purge_step)."""
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     out = {}
     for tag in sorted(set(tags) & set(acc.Tags().get("scalars", []))):
-        newest = {e.step: e.value for e in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
-        steps = np.array(sorted(newest), dtype=float)
-        out[tag] = (steps, np.array([newest[s] for s in sorted(newest)], dtype=float))
+        events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))
+        out[tag] = (np.array([e.step for e in events], dtype=float), np.array([e.value for e in events], dtype=float))
     return out
 
 
-def collect(roots: dict[str, Path], benchmark: str | None, table: dict):
-    """-> data[label][game][seed] = Run, the game list, and notes for the report."""
+class MixedLengths(ValueError):
+    """One label's runs have different total_timesteps."""
+
+
+def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False):
+    """-> data[label][game][seed] = Run, the game list, and notes for the report. Raises MixedLengths when a
+    label's runs have different total_timesteps, unless allow_mixed."""
     data, notes, found = {}, [], set()
     allowed = benchmark_games(benchmark, table) if benchmark else None
     for label, root in roots.items():
@@ -211,6 +244,15 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict):
             data[label][run.game][run.seed] = run
             found.add(run.game)
     games = sorted(found) if allowed is None else allowed
+    for label, by_game in data.items():
+        lengths = sorted({r.total_timesteps for g in by_game.values() for r in g.values()})
+        if len(lengths) > 1:
+            if not allow_mixed:
+                raise MixedLengths(f"label {label} has runs of different lengths (total_timesteps "
+                                   f"{', '.join(f'{n:,}' for n in lengths)}); report each length under its own "
+                                   "label, or pass --allow-mixed-timesteps to pool them")
+            notes.append(f"{label}: pools runs of different lengths (total_timesteps "
+                         f"{', '.join(f'{n:,}' for n in lengths)}; --allow-mixed-timesteps)")
     for label in data:
         for game in data[label].values():
             for run in game.values():
@@ -268,6 +310,18 @@ def per_game_scores(data, games, reps, seed):
     return out
 
 
+def per_game_normalized(data, games, table, reps, seed):
+    """(game, label) -> (IQM over seeds of HNS (raw return outside Atari), lo, hi, n runs), 95% bootstrap CI."""
+    out = {}
+    for game in games:
+        mats = {lb: np.array([[normalized(r, table)] for r in by_game[game].values()])
+                for lb, by_game in data.items() if game in by_game}
+        if mats:
+            point, ci = bootstrap_ci(mats, lambda m: np.array([metrics.aggregate_iqm(m)]), reps, seed)
+            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m)) for lb, m in mats.items()})
+    return out
+
+
 def early_late(data, games) -> tuple[dict, dict]:
     """(game, label) -> (value, n runs) for the first-10% mean return and the last-10% return variance,
     each averaged over the runs whose curve has points in that window."""
@@ -283,12 +337,40 @@ def early_late(data, games) -> tuple[dict, dict]:
     return early, late
 
 
-def improvement_rates(data, games, table, ref):
-    """other label -> {game: improvement rate of ref over other}, on per-game mean HNS / raw return."""
-    def mean_of(lb, g):
-        return float(np.mean([normalized(r, table) for r in data[lb][g].values()]))
-    return {lb: {g: improvement_rate(mean_of(ref, g), mean_of(lb, g)) for g in games
-                 if g in data[ref] and g in data[lb]} for lb in data if lb != ref}
+def improvement_rates(data, games, table, pairs):
+    """(a, b) -> {"paper": {game: rate}, "robust": {game: rate}, "excluded": [(game, why)]} for each compared
+    pair: the paper's form on per-game mean HNS (raw return outside Atari), the robust form on mean raw scores."""
+    def mean_of(lb, g, norm=True):
+        return float(np.mean([normalized(r, table) if norm else r.score for r in data[lb][g].values()]))
+    out = {}
+    for a, b in pairs:
+        paper, robust, excluded = {}, {}, []
+        for g in games:
+            missing = [lb for lb in (a, b) if g not in data[lb]]
+            if missing:
+                if len(missing) < 2:
+                    excluded.append((g, f"no finished run of {missing[0]}"))
+                continue
+            paper[g] = improvement_rate(mean_of(a, g), mean_of(b, g))
+            s = table.get(g)
+            robust[g] = robust_improvement(mean_of(a, g, False), mean_of(b, g, False),
+                                           s and s["random"], s and s["human"])
+            if not np.isfinite(paper[g]):
+                excluded.append((g, f"s_{b} = 0: the paper's form is undefined (kept in the robust form)"))
+            if not np.isfinite(robust[g]):
+                excluded.append((g, "both scores 0: the robust form is undefined"))
+        out[(a, b)] = {"paper": paper, "robust": robust, "excluded": excluded}
+    return out
+
+
+def pairwise_lines(values: dict, pairs, games, what: str, pick=max) -> list[str]:
+    """One line per compared pair: in how many of the games both ran a beats b (ties are no win)."""
+    lines = []
+    for a, b in pairs:
+        wins, n = pairwise_wins(values, a, b, games, pick)
+        lines.append(f"- {a} vs {b}: **{a} {what} in {wins} of {n} games**" if n else
+                     f"- {a} vs {b}: no game has a value for both")
+    return lines
 
 
 def best_count_line(best: dict, labels, complete, what: str) -> str:
@@ -384,17 +466,20 @@ def adapt_figure(data, out, bins):
     return save(fig, out, "adapt", ["tag", "label", "step", "mean", "min", "max", "n_runs"], rows)
 
 
-def improvement_figure(rates, ref, out):
-    games = sorted({g for r in rates.values() for g in r}) + ["mean"]
+def improvement_figure(rates, out):
+    """Bars of the paper's improvement rate per game, its mean and its median, one colour per compared pair."""
+    games = sorted({g for r in rates.values() for g in r["paper"]}) + ["mean", "median"]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(games) * len(rates)), 4))
     width, rows = 0.8 / len(rates), []
-    for i, (lb, r) in enumerate(rates.items()):
-        vals = [100 * r.get(g, np.nan) for g in games[:-1]] + [100 * finite_mean(r.values())]
-        ax.bar(np.arange(len(games)) + (i - (len(rates) - 1) / 2) * width, vals, width, label=f"{ref} over {lb}")
-        rows += [[g, ref, lb, v] for g, v in zip(games, vals)]
+    for i, ((a, b), r) in enumerate(rates.items()):
+        p = r["paper"]
+        vals = [100 * p.get(g, np.nan) for g in games[:-2]] + [100 * finite_mean(p.values()),
+                                                               100 * finite_median(p.values())]
+        ax.bar(np.arange(len(games)) + (i - (len(rates) - 1) / 2) * width, vals, width, label=f"{a} over {b}")
+        rows += [[g, a, b, v] for g, v in zip(games, vals)]
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(np.arange(len(games)), games, rotation=45, ha="right")
-    ax.set(xlabel="game", ylabel="improvement rate (%)", title=f"Improvement rate of {ref}")
+    ax.set(xlabel="game", ylabel="improvement rate (%)", title="Improvement rate (s_A - s_B) / |s_B|")
     ax.legend()
     return save(fig, out, "improvement_rate", ["game", "reference", "other", "improvement_rate_percent"], rows)
 
@@ -458,19 +543,20 @@ def aggregate_section(agg, agg_notes, games, table) -> list[str]:
     return md + [""]
 
 
-def per_game_section(scores, games, labels, complete) -> list[str]:
+def per_game_section(scores, games, labels, complete, pairs, title, what) -> list[str]:
     best = best_by({k: v[0] for k, v in scores.items()}, games, labels)
 
     def text(g, lb):
         return None if (g, lb) not in scores else \
             "{} [{}, {}] n={}".format(*map(fmt, scores[(g, lb)][:3]), scores[(g, lb)][3])
-    return ["## Per-game evaluation return", "",
-            "Mean over seeds of each run's mean evaluation return (raw game score) [95% CI]; best label in bold.", "",
+    return [f"## {title}", "", f"{what} [95% CI]; best label in bold.", "",
             md_table(["game", *labels], [[g, *(marked(text(g, lb), lb in best[g]) for lb in labels)] for g in games]),
-            "", best_count_line(best, labels, complete, "best"), ""]
+            "", best_count_line(best, labels, complete, "best"), "",
+            "Pairwise (games both labels ran; a tie is no win):",
+            *pairwise_lines({k: v[0] for k, v in scores.items()}, pairs, games, "higher"), ""]
 
 
-def early_late_section(early, late, data, games, labels) -> list[str]:
+def early_late_section(early, late, data, games, labels, pairs) -> list[str]:
     best_early = best_by({k: v[0] for k, v in early.items()}, games, labels)
     best_late = best_by({k: v[0] for k, v in late.items()}, games, labels, min)
 
@@ -489,24 +575,43 @@ def early_late_section(early, late, data, games, labels) -> list[str]:
             "the seeds with episodes in that window (n). Bold: highest early return, lowest late variance.", "",
             md_table(["game", *(f"{lb} early" for lb in labels), *(f"{lb} late var" for lb in labels)], rows), "",
             best_count_line(best_early, labels, complete(early), "higher early"), "",
-            best_count_line(best_late, labels, complete(late), "lower late variance"), ""]
+            best_count_line(best_late, labels, complete(late), "lower late variance"), "",
+            "Pairwise (games both labels have data for; a tie is no win):",
+            *pairwise_lines({k: v[0] for k, v in early.items()}, pairs, games, "higher early"),
+            *pairwise_lines({k: v[0] for k, v in late.items()}, pairs, games, "lower late variance", min), ""]
 
 
 def improvement_section(rates, games, ref) -> list[str]:
-    md = [f"## Improvement rate of {ref}", "",
-          f"Improvement rate of {ref} over a label X on a game: (s_{ref} - s_X) / |s_X|, where s is the mean over "
-          "seeds of the human-normalised score (Atari) or of the raw evaluation return (other environments); "
-          "shown in %. The mean is over the games both labels ran (a game with s_X = 0 is left out).", ""]
+    same = {a for a, _ in rates} == {ref}
+    ref_name = ref if same else "A"
+    md = [f"## Improvement rate{f' of {ref}' if same else ''}", "",
+          f"Improvement rate of {ref_name} over a label X on a game (the paper's Figure 3 and 5 quantity): "
+          f"(s_{ref_name} - s_X) / |s_X|, where s is the mean over seeds of the human-normalised score (Atari) or "
+          "of the raw evaluation return (other environments); shown in %. It blows up when s_X is near 0 and is "
+          "undefined at 0, so the robust form below is given too. Mean and median are over the games both labels "
+          "ran and the form is defined on.", ""]
     if not rates:
         return md + ["Needs a second label.", ""]
-    rows = [[g, *(f"{fmt(100 * r[g])}%" if g in r else "–" for r in rates.values())]
-            for g in games if any(g in r for r in rates.values())]
-    rows.append(["**mean**", *(f"**{fmt(100 * finite_mean(r.values()))}%** "
-                               f"({int(np.isfinite(list(r.values())).sum())} games)" for r in rates.values())])
-    return md + [md_table(["game", *(f"{ref} over {lb}" for lb in rates)], rows), ""]
+
+    def table(form):
+        rows = [[g, *(f"{fmt(100 * r[form][g])}%" if np.isfinite(r[form].get(g, np.nan)) else "–"
+                     for r in rates.values())]
+                for g in games if any(g in r[form] for r in rates.values())]
+        for name, f in (("mean", finite_mean), ("median", finite_median)):
+            rows.append([f"**{name}**", *(f"**{fmt(100 * f(r[form].values()))}%** "
+                                          f"({int(np.isfinite(list(r[form].values())).sum())} games)"
+                                          for r in rates.values())])
+        return md_table(["game", *(f"{a} over {b}" for a, b in rates)], rows)
+    md += [table("paper"), "", "### Robust improvement", "",
+           "(a - b) / (max(human, b) - random) on the mean raw scores a, b of the two labels (Wang et al. 2016): "
+           "the denominator is at least human - random, so a baseline near the random score cannot inflate it. "
+           "Outside Atari there is no human or random score: (a - b) / max(|a|, |b|), bounded in [-200%, 200%].",
+           "", table("robust"), ""]
+    excluded = [f"- {a} over {b}: {g} ({why})" for (a, b), r in rates.items() for g, why in r["excluded"]]
+    return md + (["Games left out:", *excluded, ""] if excluded else ["No game left out.", ""])
 
 
-def figures_section(data, games, agg, rates, ref, out, bins) -> list[str]:
+def figures_section(data, games, agg, rates, out, bins) -> list[str]:
     figures = [learning_curves_figure(data, games, out, bins)]
     adapt = adapt_figure(data, out, bins)
     figures.append(adapt or "no adapt/* tags in any run: no adapt figure")
@@ -515,7 +620,7 @@ def figures_section(data, games, agg, rates, ref, out, bins) -> list[str]:
     if adapt and no_adapt:
         figures.append(f"no adapt/* tags for {', '.join(no_adapt)} (fixed batch): not in `adapt.png`")
     if rates:
-        figures.append(improvement_figure(rates, ref, out))
+        figures.append(improvement_figure(rates, out))
     if agg:
         figures.append(aggregate_figure(agg, out))
     return ["## Figures", ""] + [f"- {f}" for f in figures] + [""]
@@ -528,17 +633,27 @@ def write_report(data, games, notes, args, table) -> Path:
     data = {ref: data[ref], **{lb: d for lb, d in data.items() if lb != ref}}  # reference label first
     labels = list(data)
     complete = [g for g in games if all(g in d for d in data.values())]
+    pairs = [tuple(p) for p in args.compare] or [(ref, lb) for lb in labels if lb != ref]
     agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
-    rates = improvement_rates(data, games, table, ref)
+    rates = improvement_rates(data, games, table, pairs)
     md = ["# Report", "", f"Generated by `reproduce/report.py` from {len(labels)} label(s); benchmark: "
           f"{args.benchmark or 'the games found'} ({len(games)} games). 95% CIs: stratified bootstrap over runs "
           f"within each game (`rliable`, {args.reps} reps). *n* = runs a number rests on.", ""]
     md += data_section(data, games, notes, args.runs)
     md += aggregate_section(agg, agg_notes, games, table)
-    md += per_game_section(per_game_scores(data, games, args.reps, args.seed), games, labels, complete)
-    md += early_late_section(*early_late(data, games), data, games, labels)
+    md += per_game_section(per_game_scores(data, games, args.reps, args.seed), games, labels, complete, pairs,
+                           "Per-game evaluation return",
+                           "Mean over seeds of each run's mean evaluation return (raw game score)")
+    atari = any(g in table for g in games)
+    md += per_game_section(per_game_normalized(data, games, table, args.reps, args.seed), games, labels, complete,
+                           pairs, "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return",
+                           "IQM over seeds of each run's human-normalised score (Atari; raw evaluation return "
+                           "elsewhere), the paper's per-game table" if atari else
+                           "IQM over seeds of each run's mean evaluation return (raw; no human-normalised score "
+                           "outside Atari)")
+    md += early_late_section(*early_late(data, games), data, games, labels, pairs)
     md += improvement_section(rates, games, ref)
-    md += figures_section(data, games, agg, rates, ref, out, args.bins)
+    md += figures_section(data, games, agg, rates, out, args.bins)
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"
 
@@ -550,7 +665,11 @@ def parse_args(argv=None):
                    help="labelled directories searched recursively for eval_results.json")
     p.add_argument("--out", default="report", help="output directory (report.md, PNG + CSV figures)")
     p.add_argument("--benchmark", choices=BENCHMARKS, help="restrict to and check against this game set")
-    p.add_argument("--reference", help="label whose improvement rate is reported (default: the first)")
+    p.add_argument("--reference", help="label the others are compared with (default: the first)")
+    p.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
+                   help="compare label A against label B (repeatable; default: the reference against each other)")
+    p.add_argument("--allow-mixed-timesteps", action="store_true",
+                   help="pool runs of one label that have different total_timesteps (refused by default)")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
     p.add_argument("--bins", type=int, default=50, help="step bins of the curves")
@@ -565,6 +684,9 @@ def parse_args(argv=None):
         runs[label] = Path(d)
     if args.reference is not None and args.reference not in runs:
         p.error(f"--reference: {args.reference!r} is not one of the labels {list(runs)}")
+    for pair in args.compare:
+        if any(lb not in runs for lb in pair):
+            p.error(f"--compare: {' '.join(pair)!r} names a label that is not one of {list(runs)}")
     if args.reps < 1 or args.bins < 1:
         p.error("--reps and --bins must be positive")
     args.runs = runs
@@ -574,7 +696,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     table = load_atari_scores()
-    data, games, notes = collect(args.runs, args.benchmark, table)
+    try:
+        data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps)
+    except MixedLengths as e:
+        print(f"report.py: {e}", file=sys.stderr)
+        return 2
     if not any(data.values()):
         print("report.py: no finished runs (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
               + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)

@@ -1,20 +1,25 @@
 #!/usr/bin/env python
-"""Run the paper's experiment grids, on this machine or on a Slurm cluster (issue 7).
+"""Run the paper's experiment grids, on this machine or on a Slurm cluster.
 
     python reproduce/sweep.py run atari10-batches [--games Pong] [--seeds 1] [--scale 0.001]
                                   [--workers N] [--slurm --partition P ...] [--dry-run]
-    python reproduce/sweep.py status atari10-batches
-    python reproduce/sweep.py report atari10-batches [--out DIR]
+    python reproduce/sweep.py status atari10-batches [--scale 0.001]
+    python reproduce/sweep.py report atari10-batches [--scale 0.001] [--out DIR] [--reference LABEL]
 
 The experiments are data: reproduce/experiments.toml (and --config FILE for your own). Every run
 has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --output-dir and
 --run-name) and the log <root>/<experiment>/<label>/logs/<game>__<seed>.log, to which every
 attempt appends its output between a "[sweep] ... start: <command>" and a "[sweep] ... exit N"
-line. A run whose eval_results.json exists is skipped; one with a checkpoint.pt is resumed.
+line. The root is runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run
+never stands in for a full one. A run is done when its eval_results.json has the run's total_timesteps;
+a run is skipped when done, resumed when it has a checkpoint.pt.
 Locally, runs go to a thread pool of --workers that each run one script as a subprocess; with
 --slurm, submitit submits them as a job array: a job gets submitit's signal slurm_signal_delay_s
 seconds before its time limit, stops its script with SIGTERM (the script checkpoints and exits
-143) and is requeued by submitit, and the requeued job resumes from the checkpoint.
+143) and is requeued by submitit, and the requeued job resumes from the checkpoint. A preemption
+(SIGTERM without that earlier signal) also ends in a checkpoint and a requeue. The Slurm job id of
+every submitted run is kept beside its log (<game>__<seed>.slurm): `status` shows queued and running
+jobs (Slurm's sacct, through submitit), and `run --slurm` does not submit a run whose job is queued or running.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
+import json
 import os
 import queue
 import re
@@ -37,8 +43,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_CONFIG = Path(__file__).resolve().parent / "experiments.toml"
 RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"
+DEFAULT_ROOT = "runs/sweeps"
 EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
-                   "env_suffix", "benchmark", "flags", "labels"}
+                   "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons"}
+STATES = ("done", "running", "interrupted", "failed", "missing", "queued", "other-length")
+# Slurm job states: waiting for a node, and holding one
+QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
+          "RESIZING"}
+ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
 INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
@@ -72,8 +84,21 @@ class Run:
     def log(self) -> Path:
         return self.label_dir / "logs" / f"{self.name}.log"
 
+    @property
+    def job_file(self) -> Path:
+        """The Slurm job id of the run's latest submission."""
+        return self.label_dir / "logs" / f"{self.name}.slurm"
+
+    def result_timesteps(self) -> int | None:
+        """total_timesteps of the run's eval_results.json; None when there is none (or it is unreadable)."""
+        try:
+            return int(json.loads((self.dir / RESULT).read_text())["total_timesteps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def done(self) -> bool:
-        return (self.dir / RESULT).exists()
+        """Finished with this run's length: a result of another --total-timesteps (a mini run) does not count."""
+        return self.result_timesteps() == self.total_timesteps
 
     def command(self) -> list[str]:
         """The command line, starting with "python"; it runs from the repository root."""
@@ -138,6 +163,7 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
     ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
     common = _flags(exp.get("flags", ""), f"experiment {name}")
     label_specs = exp["labels"]
+    reference_and_comparisons(name, exp)
     for label in labels or []:
         if label not in label_specs:
             raise SweepError(f"experiment {name} has no label {label!r}; labels: {', '.join(label_specs)}")
@@ -159,6 +185,28 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
                                 common + _flags(flags, f"{name}.{label}") + tuple(extra_args),
                                 Path(root).resolve() / name / label))
     return runs
+
+
+def reference_and_comparisons(name: str, exp: dict) -> tuple[str, list[tuple[str, str]]]:
+    """The experiment's reference label (default: its first) and its comparisons, a list of [A, B] label pairs
+    (A against the baseline B; default: the reference against every other label)."""
+    labels = list(exp["labels"])
+    ref = exp.get("reference", labels[0])
+    if ref not in labels:
+        raise SweepError(f"experiment {name}: reference {ref!r} is not one of its labels {labels}")
+    pairs = exp.get("comparisons")
+    if pairs is None:
+        return ref, [(ref, lb) for lb in labels if lb != ref]
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(x in labels for x in p)
+                                              for p in pairs):
+        raise SweepError(f"experiment {name}: comparisons must be a list of [label, label] pairs of {labels}")
+    return ref, [tuple(p) for p in pairs]
+
+
+def default_root(scale: float) -> str:
+    """runs/sweeps, or runs/sweeps-scale<S> for a --scale S other than 1: runs of another length never share a
+    directory with the full ones."""
+    return DEFAULT_ROOT if scale == 1 else f"{DEFAULT_ROOT}-scale{scale:g}"
 
 
 # ----------------------------------------------------------------------------- one run
@@ -198,10 +246,19 @@ def tail(path: Path, n: int = 15) -> str:
         return "(no log)"
 
 
-def state(run: Run) -> str:
-    """done | running | interrupted | failed | missing, from the result, the checkpoint and the log."""
-    if run.done():
+def state(run: Run, slurm: dict | None = None) -> str:
+    """done | running | interrupted | failed | missing | queued | other-length, from the result, the Slurm job
+    state (slurm: job id -> Slurm state), the checkpoint and the log."""
+    steps = run.result_timesteps()
+    if steps == run.total_timesteps:
         return "done"
+    if steps is not None:
+        return "other-length"
+    job = slurm.get(job_id(run)) if slurm else None
+    if job in QUEUED:
+        return "queued"
+    if job in ACTIVE:
+        return "running"
     started, rc = False, None
     if run.log.exists():
         for line in run.log.read_text(errors="replace").splitlines():
@@ -214,6 +271,27 @@ def state(run: Run) -> str:
     if rc is None:
         return "running"  # (or killed without a trace: SIGKILL, node failure)
     return "interrupted" if rc in INTERRUPTED else "failed"
+
+
+def job_id(run: Run) -> str | None:
+    try:
+        return run.job_file.read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def slurm_states(runs: list[Run]) -> dict[str, str]:
+    """job id -> Slurm state (sacct, through submitit's watcher) of the runs' recorded jobs; {} when no run has a
+    job. A job Slurm does not know (any more) is UNKNOWN, and the run's state then comes from its files."""
+    ids = sorted({j for j in map(job_id, runs) if j})
+    if not ids:
+        return {}
+    from submitit.slurm.slurm import SlurmJob
+    watcher = SlurmJob.watcher
+    for j in ids:
+        watcher.register_job(j)
+    watcher.update()
+    return {j: watcher.get_state(j, mode="cache").split()[0].upper() for j in ids}
 
 
 # ----------------------------------------------------------------------------- local pool
@@ -276,7 +354,7 @@ class RunJob:
     that job finds the checkpoint and resumes."""
 
     def __init__(self, run: Run, grace_s: float = 120.0):
-        self.run, self.grace_s, self._proc, self._log = run, grace_s, None, None
+        self.run, self.grace_s, self._proc, self._log, self._signalled = run, grace_s, None, None, False
 
     def __getstate__(self):
         return {"run": self.run, "grace_s": self.grace_s}
@@ -294,13 +372,29 @@ class RunJob:
         # survives exec) and leave it to submitit's handler in this process.
         rc = execute(self.run, None, {"preexec_fn": lambda: signal.signal(usr_sig, signal.SIG_IGN)},
                      self._started)
+        if rc in INTERRUPTED and not self._signalled and (self.run.dir / CHECKPOINT).exists():
+            self._requeue_preempted(rc)
         if rc not in (0, None) or not self.run.done():
             raise RuntimeError(f"{self.run.label} {self.run.name}: exit {rc}; end of {self.run.log}:\n"
                                + tail(self.run.log))
         return 0
 
+    def _requeue_preempted(self, rc: int):
+        """The script was stopped (SIGTERM: a preemption) without submitit's time-limit signal, and wrote its
+        checkpoint: requeue this job as submitit does after that signal; the requeued job resumes."""
+        from submitit.core.job_environment import JobEnvironment
+        with open(self.run.log, "a") as log:
+            log.write(f"[sweep] {_now()} stopped (exit {rc}) without the time-limit signal (preemption); "
+                      "requeued\n")
+        try:
+            JobEnvironment()._requeue(0)  # Slurm: scontrol requeue; submitit's local executor: exits to requeue
+        except subprocess.CalledProcessError as e:  # e.g. Slurm requeued the preempted job itself
+            print(f"requeue: {e}", file=sys.stderr)
+        sys.exit(-1)  # what submitit does after a requeue: the job ends without a result
+
     def checkpoint(self, *args, **kwargs):
         import submitit
+        self._signalled = True
         proc = self._proc
         if proc is not None and proc.returncode is None:
             os.kill(proc.pid, signal.SIGTERM)
@@ -340,6 +434,9 @@ def submit(executor, runs: list[Run], grace_s: float) -> list:
         cloudpickle.register_pickle_by_value(module)
     with executor.batch():
         jobs = [executor.submit(RunJob(run, grace_s)) for run in runs]
+    for run, job in zip(runs, jobs):  # recorded so that status and a second `run --slurm` see queued jobs
+        run.job_file.parent.mkdir(parents=True, exist_ok=True)
+        run.job_file.write_text(f"{job.job_id}\n")
     return jobs
 
 
@@ -363,19 +460,23 @@ def _runs(args, discover: bool = False) -> list[Run]:
     if not discover:
         return expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale,
                       extra_args=shlex.split(args.extra_args), checkpoint_every=args.checkpoint_every)
-    runs = expand(args.experiment, experiments, game_lists, args.root, **select)
+    runs = expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale)
     known = {(r.label, r.env_id, r.seed) for r in runs}
     for label, label_dir in sorted({(r.label, r.label_dir) for r in runs}):
         for game, seed in sorted(_on_disk(label_dir)):
             if (label, game, seed) not in known:
                 runs += expand(args.experiment, experiments, game_lists, args.root, games=[game], seeds=[seed],
-                               labels=[label])
+                               labels=[label], scale=args.scale)
     return runs
 
 
 def cmd_run(args) -> int:
     runs = _runs(args)
-    todo = [r for r in runs if not r.done()]
+    other = [r for r in runs if r.result_timesteps() not in (None, r.total_timesteps)]
+    todo = [r for r in runs if r.result_timesteps() is None]
+    if other:
+        print(f"# skipping {len(other)} run(s) whose directory holds a result of another length (not "
+              f"{other[0].total_timesteps:,} steps), e.g. {other[0].dir}: move them away or use another --root")
     absent = sorted({r.script for r in todo if not (REPO / r.script).exists()})
     if args.dry_run:
         print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
@@ -384,13 +485,20 @@ def cmd_run(args) -> int:
         for r in todo:
             print(shlex.join(r.command()))
         steps = sum(r.total_timesteps for r in runs)
-        print(f"# total: {len(runs)} runs, {steps:,} environment steps; {len(runs) - len(todo)} done, "
+        print(f"# total: {len(runs)} runs, {steps:,} environment steps; {sum(r.done() for r in runs)} done, "
               f"{len(todo)} to run ({sum(r.total_timesteps for r in todo):,} steps), "
               f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed")
         return 0
     if absent:
         raise SweepError(f"script(s) not found: {', '.join(absent)} (--labels runs a subset)")
-    print(f"{args.experiment}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run")
+    if args.slurm:
+        jobs = slurm_states(todo)
+        busy = [r for r in todo if jobs.get(job_id(r)) in QUEUED | ACTIVE]
+        if busy:
+            print(f"skipping {len(busy)} run(s) whose Slurm job is queued or running: "
+                  + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
+            todo = [r for r in todo if r not in busy]
+    print(f"{args.experiment}: {len(runs)} runs, {sum(r.done() for r in runs)} already done, {len(todo)} to run")
     if not todo:
         return 0
     if args.slurm:
@@ -406,32 +514,51 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     runs = _runs(args, discover=True)
-    states = ["done", "running", "interrupted", "failed", "missing"]
+    states, slurm = list(STATES), slurm_states(runs)
     labels, games = list(dict.fromkeys(r.label for r in runs)), list(dict.fromkeys(r.env_id for r in runs))
     rows: dict = {}
     for r in sorted(runs, key=lambda r: (labels.index(r.label), games.index(r.env_id))):
-        rows.setdefault((r.label, r.env_id), {s: 0 for s in states})[state(r)] += 1
+        rows.setdefault((r.label, r.env_id), {s: 0 for s in states})[state(r, slurm)] += 1
     rows[("total", "")] = {s: sum(c[s] for c in rows.values()) for s in states}
     wl, wg = max(len(k[0]) for k in rows), max([4] + [len(k[1]) for k in rows])
     print(f"{'label':<{wl}}  {'game':<{wg}}  " + "  ".join(states))
     for (label, game), counts in rows.items():
         print(f"{label:<{wl}}  {game:<{wg}}  " + "  ".join(f"{counts[s]:>{len(s)}}" for s in states))
     for r in runs:
-        if state(r) == "failed":
+        st = state(r, slurm)
+        if st == "failed":
             print(f"\n==> failed: {r.label} {r.name}; last lines of {r.log}:\n{tail(r.log, 5)}")
+        elif st == "other-length":
+            print(f"\n==> other length: {r.dir} holds a result of {r.result_timesteps():,} steps, not "
+                  f"{r.total_timesteps:,} (use --scale to address it, or another --root)")
     return 0
 
 
 def cmd_report(args) -> int:
     runs = _runs(args, discover=True)
     game_lists, experiments = load_config(args.config)
+    exp = experiments[args.experiment]
     finished_dirs = {r.label: r.label_dir for r in runs if r.done()}
-    label_dirs = {lb: finished_dirs[lb] for lb in experiments[args.experiment]["labels"] if lb in finished_dirs}
+    label_dirs = {lb: finished_dirs[lb] for lb in exp["labels"] if lb in finished_dirs}
     if not label_dirs:
         raise SweepError(f"no finished run of {args.experiment} under {Path(args.root).resolve()}")
+    ref, pairs = reference_and_comparisons(args.experiment, exp)
+    if args.reference:
+        if args.reference not in exp["labels"]:
+            raise SweepError(f"--reference: {args.reference!r} is not one of the labels {list(exp['labels'])}")
+        ref, pairs = args.reference, [(args.reference, lb) for lb in exp["labels"] if lb != args.reference]
     out = Path(args.out) if args.out else Path(args.root).resolve() / args.experiment / "report"
     cmd = [sys.executable, str(REPO / "reproduce" / "report.py"), "--runs",
            *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out)]
+    if ref in label_dirs:
+        cmd += ["--reference", ref]
+    else:
+        print(f"(the reference {ref} has no finished run: the report compares against {next(iter(label_dirs))})")
+    for a, b in pairs:
+        if a in label_dirs and b in label_dirs:
+            cmd += ["--compare", a, b]
+    if args.allow_mixed_timesteps:
+        cmd.append("--allow-mixed-timesteps")
     benchmark = args.benchmark or experiments[args.experiment].get("benchmark")
     finished = {r.env_id for r in runs if r.done()}
     if benchmark and (args.benchmark or finished <= set(game_lists.get(benchmark, finished))):
@@ -446,14 +573,16 @@ def parse_args(argv=None):
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("experiment")
     common.add_argument("--config", help="your own experiments TOML, added to reproduce/experiments.toml")
-    common.add_argument("--root", default="runs/sweeps", help="runs go to ROOT/EXPERIMENT/LABEL/GAME__SEED")
+    common.add_argument("--root", help="runs go to ROOT/EXPERIMENT/LABEL/GAME__SEED (default: runs/sweeps, "
+                        "or runs/sweeps-scale<S> with --scale S)")
+    common.add_argument("--scale", type=float, default=1.0, help="multiply every run's total timesteps (run); "
+                        "status and report need the same --scale to find and judge those runs")
     common.add_argument("--games", nargs="+", help="env ids or names ('Pong' = 'Pong-v5'); default: the experiment's")
     common.add_argument("--seeds", nargs="+", type=int, help="default: the experiment's")
     common.add_argument("--labels", nargs="+", help="a subset of the experiment's labels")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", parents=[common], help="run (or submit) every run that has no result")
-    r.add_argument("--scale", type=float, default=1.0, help="multiply every run's total timesteps")
     r.add_argument("--workers", type=int, help="local: parallel runs (default: 1, or one per --gpus entry); "
                    "Slurm: most array jobs running at once")
     r.add_argument("--gpus", help="local: comma-separated GPU ids; each run gets one (CUDA_VISIBLE_DEVICES)")
@@ -476,6 +605,10 @@ def parse_args(argv=None):
     rep = sub.add_parser("report", parents=[common], help="run reproduce/report.py on the finished runs")
     rep.add_argument("--out", help="default: ROOT/EXPERIMENT/report")
     rep.add_argument("--benchmark", help="default: the experiment's")
+    rep.add_argument("--reference", help="compare this label with every other (default: the experiment's "
+                     "reference and comparisons)")
+    rep.add_argument("--allow-mixed-timesteps", action="store_true",
+                     help="let report.py pool runs of one label that have different total_timesteps")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--extra-args" in argv[:-1]:  # let its value start with "-": --extra-args "--no-cuda"
         i = argv.index("--extra-args")
@@ -485,6 +618,10 @@ def parse_args(argv=None):
         p.error("--slurm-arg takes KEY=VALUE")
     if getattr(args, "workers", None) is not None and args.workers < 1:
         p.error("--workers must be at least 1")
+    if not args.scale > 0:
+        p.error("--scale must be positive")
+    if args.root is None:
+        args.root = default_root(args.scale)
     return args
 
 

@@ -314,6 +314,12 @@ def test_end_to_end_abs_tensorboard_and_L(abs_run):
     lr = [v for _, v in sc["charts/learning_rate"]]
     assert lr[0] == pytest.approx(3e-4) and all(a > b for a, b in zip(lr, lr[1:]))  # annealed by global step
     assert "| L " in r.stdout and "eval: mean" in r.stdout
+    # One event per episode at the step where it ended: with one env the episodes tile the steps, so each event's
+    # step is the previous one's plus its own length (a per-iteration mean would break this).
+    ends = [int(s) for s, _ in sc["charts/episodic_length"]]
+    lengths = [int(v) for _, v in sc["charts/episodic_length"]]
+    assert len(ends) > 10 and [s for s, _ in sc["charts/episodic_return"]] == ends
+    assert np.diff([0, *ends]).tolist() == lengths
 
 
 def test_end_to_end_no_adapt_track_divergence(tmp_path):

@@ -403,6 +403,58 @@ def test_end_to_end_abs_moves_L_within_range(tmp_path):
     assert max(v for _, v in tags["charts/SPS"]) < 5 * mean_sps
 
 
+# Runs a script as __main__ with envpool.make wrapped: every step of the training envs (episodic_life=True)
+# records envpool's own game-over signals, so a test can count the games independently of the script.
+ENVPOOL_SPY = """
+import json, runpy, sys
+import envpool
+out, sys.argv = sys.argv[1], sys.argv[2:]
+make, steps = envpool.make, []
+class Spy:
+    def __init__(self, env):
+        self.env = env
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+    def step(self, action):
+        obs, reward, term, trunc, info = self.env.step(action)
+        steps.append({"game_over": (info["terminated"].astype(bool) | trunc).tolist(), "trunc": trunc.tolist(),
+                      "reward": info["reward"].tolist(), "lives": info["lives"].tolist(),
+                      "elapsed": info["elapsed_step"].tolist()})
+        return obs, reward, term, trunc, info
+envpool.make = lambda *a, **k: Spy(make(*a, **k)) if k.get("episodic_life") else make(*a, **k)
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    with open(out, "w") as f:
+        json.dump(steps, f)
+"""
+
+
+def test_one_event_per_finished_game_at_its_step(tmp_path):
+    """8 Breakout envs: each finished game (not life) is its own charts/episodic_return and charts/episodic_length
+    event at the global step where it ended, as counted from envpool's own signals; several may share a step."""
+    p = subprocess.run([sys.executable, "-c", ENVPOOL_SPY, str(tmp_path / "spy.json"), SCRIPT, *TINY,
+                        "--total-timesteps", "2560", "--run-name", "games", "--no-adapt", "--num-steps", "8",
+                        "--eval-episodes", "0", "--output-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=ENV)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = json.loads((tmp_path / "spy.json").read_text())
+    assert len(steps) == 2560 // 8  # 40 iterations of 8 envs x 8 steps
+    expected, ep_return = [], np.zeros(8)
+    for t, s in enumerate(steps):
+        ep_return += s["reward"]
+        for env in np.flatnonzero(s["game_over"]):
+            assert s["lives"][env] == 0 or s["trunc"][env]  # a whole game ended, not a life
+            expected.append(((t + 1) * 8, ep_return[env], s["elapsed"][env]))
+            ep_return[env] = 0.0
+    assert len(expected) >= 5  # an untrained agent loses several games of Breakout in 320 steps per env
+    tags = scalars(tmp_path / "games")
+    events = sorted(zip(tags["charts/episodic_return"], tags["charts/episodic_length"]))
+    assert len(events) == len(expected)  # one event per game, none merged
+    assert [(s, r) for (s, r), _ in events] == sorted((s, r) for s, r, _ in expected)
+    assert sorted((s, n) for _, (s, n) in events) == sorted((s, n) for s, _, n in expected)
+
+
 def test_end_to_end_fixed_baseline_and_pqn_l(tmp_path):
     p = run([*TINY, "--total-timesteps", "1000", "--run-name", "fixed", "--no-adapt", "--num-steps", "8",
              "--network", "pqn-l", "--save-model"], tmp_path)

@@ -45,7 +45,61 @@ def test_improvement_rate_and_early_late():
     steps, values = np.arange(0, 1001, 100), np.arange(0, 1001, 100) / 10
     assert report.early_mean(steps, values, 1000) == 5.0  # steps 0, 100
     assert report.late_variance(steps, values, 1000) == 25.0  # values 90, 100
+    assert np.isnan(report.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
     assert report.finite_mean([1.0, np.nan, 3.0]) == 2.0
+
+
+def test_late_variance_is_per_game_whatever_the_rollout_length(tmp_path):
+    """Identical per-game returns N(1000, 100^2) ending at the same rate, grouped into iterations of L = 64 / 32 / 16
+    (so 80 / 40 / 20 games share one step): one event per game gives equal late variances, the old per-iteration
+    mean gave a variance that shrinks with L."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rng = np.random.default_rng(1)
+    E, T = 8, 100_000
+    late, old = {}, {}
+    for L in (64, 32, 16):
+        steps = np.arange(E * L, T + 1, E * L)
+        steps = steps[steps >= 0.8 * T]  # only the late window matters here
+        games = rng.normal(1000.0, 100.0, size=(len(steps), L * 5 // 4))  # 0.15 games per environment step
+        w = SummaryWriter(str(tmp_path / f"L{L}"))
+        for step, g in zip(steps, games):
+            for x in g:
+                w.add_scalar("charts/episodic_return", x, step)
+        w.close()
+        s, v = report.load_scalars(tmp_path / f"L{L}", ["charts/episodic_return"])["charts/episodic_return"]
+        assert len(v) == games.size and np.all(np.diff(s) >= 0)  # every game kept, several per step
+        np.testing.assert_allclose(np.sort(v), np.sort(games.ravel().astype(np.float32)))
+        late[L] = report.late_variance(s, v, T)
+        sel = steps >= 0.9 * T
+        old[L] = report.late_variance(steps[sel], games[sel].mean(1), T)
+        assert (s >= 0.9 * T).sum() > 1400
+    for L in late:  # ~1500 games each: the sampling error of a variance is about 4%
+        assert late[L] == pytest.approx(100.0 ** 2, rel=0.2)
+    assert max(late.values()) / min(late.values()) < 1.3
+    assert old[16] / old[64] > 2.5  # the bias the per-game events remove: 1/20 vs 1/80 of the game variance
+
+
+def test_pairwise_wins_and_robust_improvement():
+    values = {("g1", "A"): 2.0, ("g1", "B"): 1.0, ("g2", "A"): 1.0, ("g2", "B"): 3.0, ("g3", "A"): 5.0,
+              ("g3", "B"): 5.0, ("g4", "A"): 1.0, ("g5", "B"): 1.0, ("g6", "A"): np.nan, ("g6", "B"): 1.0}
+    games = ["g1", "g2", "g3", "g4", "g5", "g6"]
+    assert report.pairwise_wins(values, "A", "B", games) == (1, 3)  # g3 a tie, g4-g6 lack a value
+    assert report.pairwise_wins(values, "B", "A", games) == (1, 3)
+    assert report.pairwise_wins(values, "A", "B", games, min) == (1, 3)
+    # PrivateEye (random 24.9, human 69571.3): 300 vs 100 is +266% in the paper's form on HNS, 0.29% robust.
+    pe = report.load_atari_scores()["PrivateEye"]
+    hns_a, hns_b = (report.human_normalized_score(x, pe["random"], pe["human"]) for x in (300.0, 100.0))
+    assert report.improvement_rate(hns_a, hns_b) == pytest.approx((300 - 100) / (100 - 24.9))
+    assert report.robust_improvement(300.0, 100.0, pe["random"], pe["human"]) == pytest.approx(
+        200 / (69571.3 - 24.9))
+    # A baseline above the human score is its own denominator: (50 - 40) / (40 - 1.7) on Breakout-like numbers.
+    assert report.robust_improvement(50.0, 40.0, 1.7, 30.5) == pytest.approx(10 / 38.3)
+    # Without a score table (MuJoCo): symmetric relative difference, bounded, NaN only when both are 0.
+    assert report.robust_improvement(3600.0, 3000.0) == pytest.approx(600 / 3600)
+    assert report.robust_improvement(-100.0, 100.0) == pytest.approx(-2.0)
+    assert np.isnan(report.robust_improvement(0.0, 0.0))
+    assert report.finite_median([1.0, np.nan, 3.0, 10.0]) == 3.0
 
 
 def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
@@ -160,6 +214,14 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     assert row(per_game, "Amidar")[1:] == ["**250.0 [200.0, 300.0] n=2**", "125.0 [100.0, 150.0] n=2"]
     assert row(per_game, "Qbert")[1:] == ["**1500.0 [1000.0, 2000.0] n=2**", "missing"]
     assert "**ABS best in 1 of 1 games**" in per_game and "others: Small 0" in per_game
+    assert "- ABS vs Small: **ABS higher in 1 of 1 games**" in per_game  # pairwise, against one baseline
+
+    # Per-game HNS: IQM over 2 seeds = their mean (nothing to trim).
+    hns_table = section(md, "Per-game human-normalised score")
+    expected_cells = [f"**{report.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)} [",
+                      f"{report.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)} ["]
+    assert [c[:len(e)] for c, e in zip(row(hns_table, "Amidar")[1:], expected_cells)] == expected_cells
+    assert row(hns_table, "Qbert")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
 
     # Early: ABS (0+s, 10+s) -> 6.5 over seeds, Small (0+s, 5+s) -> 4.0. Late var: ABS 25, Small 6.25.
     el = section(md, "Early / late")
@@ -171,7 +233,12 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     expected = 100 * (250 - 125) / (125 - report.load_atari_scores()["Amidar"]["random"])
     assert row(ir, "Amidar")[1] == f"{expected:.1f}%"
     assert row(ir, "**mean**")[1] == f"**{expected:.1f}%** (1 games)"
+    assert row(ir, "**median**")[1] == f"**{expected:.1f}%** (1 games)"
     assert "(s_ABS - s_X) / |s_X|" in ir
+    amidar = report.load_atari_scores()["Amidar"]  # robust: (250 - 125) / (max(human, 125) - random)
+    robust = ir.split("### Robust improvement")[1]
+    assert row(robust, "Amidar")[1] == report.fmt(100 * 125 / (amidar["human"] - amidar["random"])) + "%"
+    assert "- ABS over Small: Qbert (no finished run of Small)" in ir
 
     figures = section(md, "Figures")
     assert "no adapt/* tags for Small" in figures
@@ -219,6 +286,44 @@ def test_mujoco_one_seed_raw_returns(tmp_path):
     assert row(section(md, "Early / late"), "Hopper")[1:3] == ["missing", "no data"]
     assert row(section(md, "Improvement rate of PPO+ABS"), "HalfCheetah")[1] == "20.0%"  # (3600-3000)/3000
     assert not (tmp_path / "out" / "aggregates.png").exists() and (tmp_path / "out" / "adapt.png").exists()
+
+
+def test_compare_pairs_and_mixed_lengths(tmp_path):
+    """--compare picks the pairs (the scale grid's "ABS range vs the fixed baseline of the same network"); a label
+    whose runs have different total_timesteps is refused unless --allow-mixed-timesteps."""
+    for label, scores in (("fixed", (100.0, 24.9)), ("ABS", (150.0, 30.0)), ("L_fixed", (400.0, 10.0)),
+                          ("L_ABS", (300.0, 10.0))):
+        for game, score in zip(("Amidar", "PrivateEye"), scores):
+            write_run(tmp_path / label / game, f"{game}-v5", 1, score)
+    runs = [f"{lb}={tmp_path / lb}" for lb in ("fixed", "ABS", "L_fixed", "L_ABS")]
+    assert report.main(["--runs", *runs, "--out", str(tmp_path / "out"), "--reps", "20",
+                        "--compare", "ABS", "fixed", "--compare", "L_ABS", "L_fixed"]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    ir = section(md, "Improvement rate")
+    assert ir.startswith("\n\n") and "| game | ABS over fixed | L_ABS over L_fixed |" in ir
+    assert "| ABS over L_fixed" not in md and "- ABS vs L_fixed" not in md
+    assert "- ABS vs fixed: **ABS higher in 2 of 2 games**" in md
+    assert "- L_ABS vs L_fixed: **L_ABS higher in 0 of 2 games**" in md  # PrivateEye 10 vs 10: a tie
+    # fixed scored PrivateEye's random score (HNS 0): the paper's form is undefined and the game is listed as left
+    # out of it; the robust form is (30 - 24.9) / (max(human, 24.9) - random).
+    pe = report.load_atari_scores()["PrivateEye"]
+    assert row(ir.split("### Robust improvement")[0], "PrivateEye")[1:] == ["–", "0.000%"]
+    robust = ir.split("### Robust improvement")[1]
+    assert row(robust, "PrivateEye")[1] == report.fmt(100 * (30 - 24.9) / (pe["human"] - pe["random"])) + "%"
+    assert "- ABS over fixed: PrivateEye (s_fixed = 0: the paper's form is undefined" in ir
+    with pytest.raises(SystemExit):
+        report.parse_args(["--runs", *runs, "--compare", "ABS", "nope"])
+
+    write_run(tmp_path / "ABS" / "Amidar-short", "Amidar-v5", 2, 50.0, total=500)
+    assert report.main(["--runs", *runs, "--out", str(tmp_path / "o2"), "--reps", "20"]) == 2
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", *runs, "--out",
+                          str(tmp_path / "o3"), "--reps", "20"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "label ABS has runs of different lengths (total_timesteps 500, 1,000)" in res.stderr
+    assert "--allow-mixed-timesteps" in res.stderr and not (tmp_path / "o3").exists()
+    assert report.main(["--runs", *runs, "--out", str(tmp_path / "o4"), "--reps", "20",
+                        "--allow-mixed-timesteps"]) == 0
+    assert "ABS: pools runs of different lengths" in (tmp_path / "o4" / "report.md").read_text()
 
 
 def test_bad_input(tmp_path):

@@ -46,7 +46,7 @@ STANDIN = textwrap.dedent('''
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, on_term)
     t0 = time.time()
-    print("training", args.env_id, args.seed, flush=True)
+    print("training", args.env_id, args.seed, "pid", os.getpid(), flush=True)
     if args.seed in args.fail_seeds:
         print("boom: made to fail", file=sys.stderr)
         sys.exit(1)
@@ -307,17 +307,69 @@ def test_state_from_log(tmp_path):
                        "Traceback\n[sweep] 2026-01-01T00:03:00 exit 1\n")
     assert sweep.state(run) == "failed"
     run.dir.mkdir()
-    (run.dir / "eval_results.json").write_text("{}")
-    assert sweep.state(run) == "done"
+    (run.dir / "eval_results.json").write_text('{"total_timesteps": 5}')  # a shorter run's result
+    assert sweep.state(run) == "other-length" and not run.done()
+    (run.dir / "eval_results.json").write_text('{"total_timesteps": 10}')
+    assert sweep.state(run) == "done" and run.done()
+    # A recorded Slurm job that Slurm lists as queued or running wins over the files; one it no longer
+    # knows leaves the state to them.
+    (run.dir / "eval_results.json").unlink()
+    run.job_file.write_text("12_3\n")
+    assert sweep.state(run, {"12_3": "PENDING"}) == "queued"
+    assert sweep.state(run, {"12_3": "RUNNING"}) == "running"
+    assert sweep.state(run, {"12_3": "UNKNOWN"}) == sweep.state(run) == "failed"
+
+
+def test_scale_has_its_own_root_and_a_short_result_is_not_done(tiny):
+    assert sweep.parse_args(["run", "tiny"]).root == "runs/sweeps"
+    assert sweep.parse_args(["run", "tiny", "--scale", "0.001"]).root == "runs/sweeps-scale0.001"
+    assert sweep.parse_args(["status", "tiny", "--scale", "0.5"]).root == "runs/sweeps-scale0.5"
+    assert sweep.parse_args(["run", "tiny", "--scale", "0.5", "--root", "/x"]).root == "/x"
+    opts, exp_dir = tiny
+    assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--scale", "0.02").returncode == 0  # 20 steps
+    assert json.loads((exp_dir / "A" / "Pong-v5__1" / "eval_results.json").read_text())["total_timesteps"] == 20
+    # The same root at full length: the mini results are neither done nor overwritten.
+    out = sweep_cli("run", "tiny", *opts, "--labels", "A", "--dry-run")
+    assert "0 done, 0 to run" in out.stdout and "skipping 2 run(s) whose directory holds a result of another " \
+        "length (not 1,000 steps)" in out.stdout, out.stdout
+    out = sweep_cli("status", "tiny", *opts)
+    assert re.search(r"A\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+2", out.stdout), out.stdout
+    assert "==> other length:" in out.stdout
+    assert re.search(r"A\s+Pong-v5\s+2\s+0", sweep_cli("status", "tiny", *opts, "--scale", "0.02").stdout)
+    assert "no finished run of tiny" in sweep_cli("report", "tiny", *opts).stderr
 
 
 def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     opts, exp_dir = tiny
     assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--seeds", "1").returncode == 0
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), timeout=300)
-    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'}" in out.stdout
-    assert "B=" not in out.stdout.splitlines()[0]  # labels with no finished run are left out
+    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --reference A" in out.stdout
+    assert "B=" not in out.stdout.splitlines()[0] and "--compare" not in out.stdout  # B has no finished run
     assert out.returncode == 0 and (tmp_path / "rep" / "report.md").exists(), out.stdout + out.stderr
+    assert sweep_cli("run", "tiny", *opts, "--labels", "B", "--seeds", "1").returncode == 0
+    out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), "--reference", "B", timeout=300)
+    assert out.stdout.splitlines()[0].endswith("--reference B --compare B A"), out.stdout
+    assert "## Improvement rate of B" in (tmp_path / "rep" / "report.md").read_text()
+    bad = sweep_cli("report", "tiny", *opts, "--reference", "C")
+    assert bad.returncode == 2 and "--reference: 'C' is not one of the labels" in bad.stderr
+
+
+def test_builtin_references_and_comparisons():
+    games, exps = sweep.load_config()
+    refs = {name: sweep.reference_and_comparisons(name, exp) for name, exp in exps.items()}
+    assert refs["mujoco"] == ("PPO+ABS", [("PPO+ABS", "PPO")])
+    assert refs["btr-atari5"] == ("BTR+ABS", [("BTR+ABS", "BTR")])
+    assert refs["atari10-batches"][1] == [("ABS", lb) for lb in ("Small", "Vanilla", "Large", "GNS")]
+    assert refs["atari57"][1] == [("ABS", "PQN")] and refs["sensitivity"][0] == "default"
+    pairs = refs["scale"][1]  # Figure 5: each ABS range against the fixed baselines of its own network
+    assert len(pairs) == 18 and len(set(pairs)) == 18
+    for a, b in pairs:
+        net = a.split("_")[0]
+        assert a.startswith(f"{net}_ABS16-") and b in (f"{net}_fixed32", f"{net}_fixed64")
+    with pytest.raises(sweep.SweepError, match="reference 'X' is not one of its labels"):
+        sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
+    with pytest.raises(sweep.SweepError, match="comparisons must be a list"):
+        sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
 
 
 # ----------------------------------------------------------------------------- submitit / Slurm
@@ -369,6 +421,64 @@ def test_slurm_submit_and_run_job_mocked(tiny, tmp_path):
     assert [r.parent.relative_to(exp_dir).as_posix() for r in results] == ["B/Pong-v5__1"]  # job 1: 2nd run
 
 
+def test_slurm_job_ids_status_and_no_second_submission(tiny, tmp_path):
+    """Job ids are recorded at submission; status shows what Slurm (sacct, mocked by submitit) says is queued or
+    running; a second `run --slurm` submits only the runs whose job is neither."""
+    pytest.importorskip("submitit.slurm.test_slurm")
+    opts, exp_dir = tiny
+    script = textwrap.dedent(f'''
+        import runpy, sys
+        from submitit.slurm.test_slurm import mocked_slurm
+        def cli(*args):
+            sys.argv = ["sweep.py", *args, *{opts!r}]
+            print("==>", args[0], flush=True)
+            try:
+                runpy.run_path({str(ROOT / "reproduce" / "sweep.py")!r}, run_name="__main__")
+            except SystemExit as e:
+                print("exit", e.code, flush=True)
+        with mocked_slurm() as mock:
+            cli("run", "tiny", "--slurm", "--partition", "p")
+            mock.job_sacct["12"] = "JobID|State\\n12_0|PENDING\\n12_1|RUNNING\\n12_2|COMPLETED\\n12_3|PREEMPTED"
+            cli("status", "tiny")
+            cli("run", "tiny", "--slurm", "--partition", "p")
+    ''')
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, status, second = out.stdout.split("==> ")[1:]
+    assert "submitted 4 jobs (12_0 ... 12_3)" in first
+    jobs = {f"{p.parent.parent.name}/{p.stem}": p.read_text().strip() for p in exp_dir.glob("*/logs/*.slurm")}
+    # seed-major order: A seed 1, B seed 1, A seed 2, B seed 2; the re-submitted two got one new array
+    assert jobs["A/Pong-v5__1"] == "12_0" and jobs["B/Pong-v5__1"] == "12_1"
+    assert re.search(r"A\s+Pong-v5\s+0\s+0\s+0\s+0\s+1\s+1\s+0", status), status  # 12_2 COMPLETED, no result: missing
+    assert re.search(r"B\s+Pong-v5\s+0\s+1\s+0\s+0\s+1\s+0\s+0", status), status  # 12_3 preempted: missing
+    assert "skipping 2 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 12_0 PENDING), " \
+        "B/Pong-v5__1 (job 12_1 RUNNING)" in second
+    assert "2 to run" in second and "submitted 2 jobs (13_0 ... 13_1)" in second, second
+    assert (jobs["A/Pong-v5__2"], jobs["B/Pong-v5__2"]) == ("13_0", "13_1")
+
+
+def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
+    """A preemption: SIGTERM reaches the script with no earlier time-limit signal. It checkpoints and exits 143;
+    the job requeues itself (through submitit's LocalExecutor here) instead of failing, and resumes."""
+    submitit = pytest.importorskip("submitit")
+    opts, exp_dir = tiny
+    games, exps = sweep.load_config(opts[1])
+    run = sweep.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
+    ex.update_parameters(timeout_min=5)
+    job = sweep.submit(ex, [run], grace_s=20)[0]
+    deadline = time.time() + 60
+    while not (run.log.exists() and (m := re.search(r"training Pong-v5 1 pid (\d+)", run.log.read_text()))):
+        assert time.time() < deadline, "the script did not start"
+        time.sleep(0.1)
+    os.kill(int(m.group(1)), signal.SIGTERM)
+    assert job.result() == 0
+    log = run.log.read_text()
+    assert "checkpointed on signal 15" in log and "without the time-limit signal (preemption); requeued" in log
+    assert starts(run.log) == 2 and "exit 143 (stopped by the" not in log
+    assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
+
+
 def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
     """submitit's LocalExecutor sends its time-limit signal (USR2) to the job like Slurm does: the job
     stops the script with SIGTERM (it checkpoints), submitit requeues, the new job resumes."""
@@ -404,7 +514,7 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
         res = json.loads((root / "atari10-batches" / label / "Pong-v5__1" / "eval_results.json").read_text())
         assert res["env_id"] == "Pong-v5" and res["seed"] == 1 and res["args"]["adapt"] is adapt
         assert res["total_timesteps"] == 32 and res["eval"]["episodes"] == 1
-    out = sweep_cli("status", "atari10-batches", "--root", str(root))
+    out = sweep_cli("status", "atari10-batches", "--root", str(root), "--scale", "0.0000016")
     assert re.search(r"ABS\s+Pong-v5\s+1\s+0\s+0\s+0\s+0", out.stdout), out.stdout
     # A run directory left with only event files (stopped before its first checkpoint) starts afresh, and TensorBoard
     # shows that run's events only; one with a checkpoint is resumed with the same flags, without a warning.
@@ -424,3 +534,5 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
     assert [e.step for e in acc.Scalars("charts/SPS")] == [32]  # one run's row, not [32, 32] from two runs
     log = (root / "atari10-batches" / "ABS" / "logs" / "Pong-v5__1.log").read_text()
     assert "resumed" in log and "warning" not in log and (abs_dir / "eval_results.json").exists()
+    out = sweep_cli("status", "atari10-batches", "--root", str(root))  # the full-length grid: not done
+    assert re.search(r"ABS\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+1", out.stdout), out.stdout
