@@ -61,7 +61,7 @@ class Args:
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     checkpoint_buffer: bool = False
-    """also put the replay buffer in checkpoints (~7 KB per transition; kept on --resume); without it a resume refills"""
+    """also put the replay buffer in checkpoints (~7 KB a transition; kept on --resume); without it a resume refills"""
     save_model: bool = False
     """write the final Q-network weights to <run>/model.pt"""
     log_every_seconds: float = 5.0
@@ -101,7 +101,7 @@ class Args:
     exploration_steps: int = 2_000_000
     """env steps of the epsilon decay: the geometric decay's time constant, or the linear decay's length"""
     epsilon_off_fraction: float = 0.5
-    """with noisy nets, epsilon is 0 from this fraction of --total-timesteps on, not before learning starts (BTR: 0.5)"""
+    """noisy nets: epsilon is 0 from this fraction of --total-timesteps on, not before learning starts (BTR: 0.5)"""
     impala: bool = True
     """IMPALA CNN encoder (--no-impala: the Nature DQN CNN)"""
     model_size: float = 2.0
@@ -481,7 +481,7 @@ class ReplayBuffer:
         return min(self.rows_written, self.T) * self.E
 
     def add(self, frames, actions, rewards, terminated, truncated, game_over):
-        """Write one vectorised step (frames [E, 84, 84] = newest frame of the observation the actions were taken on)."""
+        """Write one vectorised step (frames [E, 84, 84]: newest frame of the observation the actions were taken on)."""
         t, T, E, env = self.pos, self.T, self.E, np.arange(self.E)
         ended = terminated | truncated
         self.frames[t], self.actions[t], self.rewards[t] = frames, actions, rewards
@@ -517,7 +517,8 @@ class ReplayBuffer:
         """Leaf indices -> states, actions, n-step returns, bootstrap discounts, next states, steps k."""
         rows, envs = idx // self.E, idx % self.E
         window = (rows[:, None] + np.arange(self.n_step)) % self.T
-        returns, discounts, steps = n_step_returns(self.rewards[window, envs[:, None]], self.terminated[window, envs[:, None]],
+        returns, discounts, steps = n_step_returns(self.rewards[window, envs[:, None]],
+                                                   self.terminated[window, envs[:, None]],
                                                    self.ended[window, envs[:, None]], self.gamma)
         return (self.stacks(rows, envs), self.actions[rows, envs].astype(np.int64), returns, discounts,
                 self.stacks((rows + steps) % self.T, envs), steps)
@@ -736,7 +737,8 @@ def btr_update(q_network, target_network, optimizer, batch, args, device):
     _, states, actions, returns, discounts, next_states, weights = batch
     states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
     actions = torch.from_numpy(actions).to(device)
-    returns, discounts, weights = (torch.as_tensor(a, dtype=torch.float32, device=device) for a in (returns, discounts, weights))
+    returns, discounts, weights = (torch.as_tensor(a, dtype=torch.float32, device=device)
+                                   for a in (returns, discounts, weights))
     q_network.train()  # spectral norm: one power iteration per gradient step
     taus = q_network.sample_taus(len(states), device)
     with autocast(device, args.bf16):
@@ -995,7 +997,8 @@ if __name__ == "__main__":
         target_network.load_state_dict(checkpoint["target_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        global_step, grad_steps, train_seconds = checkpoint["global_step"], checkpoint["grad_steps"], checkpoint["train_seconds"]
+        global_step, grad_steps, train_seconds = (
+            checkpoint["global_step"], checkpoint["grad_steps"], checkpoint["train_seconds"])
         set_rng_state(checkpoint["rng"], device)
         if "replay" in checkpoint:
             replay.load_state_dict(checkpoint.pop("replay"))
@@ -1007,7 +1010,8 @@ if __name__ == "__main__":
     # in a directory left with only event files (stopped before its first checkpoint) hides their events.
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
     if checkpoint is None:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", replay.nbytes, global_step)
     print(f"run {run_dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "
           f"({replay.nbytes / (replay.T * E):.0f} bytes each)")
@@ -1139,15 +1143,18 @@ if __name__ == "__main__":
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
             print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | batch {batch_size_now()} "
                   f"| delta_bar {scheduler.delta_bar:.3f} | grad steps {grad_steps} | buffer {replay.num_transitions} "
-                  f"| eps {epsilon:.3f} | return {ret} | ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
+                  f"| eps {epsilon:.3f} | return {ret} "
+                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
-        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - E) // args.checkpoint_every
+        crossed = (args.checkpoint_every
+                   and global_step // args.checkpoint_every > (global_step - E) // args.checkpoint_every)
         stop = bool(stop_signal)
         if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
         if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                  f"resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])
     envs.close()
@@ -1162,7 +1169,8 @@ if __name__ == "__main__":
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
     returns, lengths, capped = ([], [], 0)
     if args.eval_episodes:
-        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
+        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
+              f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
@@ -1172,7 +1180,8 @@ if __name__ == "__main__":
         print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
               f"({capped} hit the step cap)")
     atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
+        "run_name": args.run_name,
         "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
         "eval": summary, "args": vars(args)})
     writer.close()

@@ -126,8 +126,8 @@ class Args:
 SCHEDULES = ("log", "linear")
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads", "track",
-    "wandb_project_name", "wandb_entity", "eval_episodes",
+    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads",
+    "track", "wandb_project_name", "wandb_entity", "eval_episodes",
 )
 
 
@@ -378,7 +378,8 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
             mb_adv = b_advantages[idx]
             if args.norm_adv:
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            pg_loss = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            pg_loss = torch.max(-mb_adv * ratio,
+                                -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
             if args.clip_vloss:
                 v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
                 v_loss = 0.5 * torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2).mean()
@@ -390,7 +391,8 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
+                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
+                                    f"grad norm {grad_norm.item()})")
             optimizer.step()
     # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
     return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
@@ -656,7 +658,8 @@ if __name__ == "__main__":
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         set_normalization_state(envs, checkpoint["normalization"])
-        global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
+        global_step, iteration, train_seconds = (
+            checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset; "
               f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
@@ -664,7 +667,8 @@ if __name__ == "__main__":
     # in a directory left with only event files (stopped before its first checkpoint) hides their events.
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
     if checkpoint is None:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
@@ -734,8 +738,8 @@ if __name__ == "__main__":
         b_obs = obs_buf[:L].reshape(L * E, obs_dim)
         b_values, b_returns = values_buf[:L].reshape(-1), returns.reshape(-1)
         try:
-            stats = ppo_update(agent, optimizer, b_obs, actions_buf[:L].reshape(L * E, act_dim), logprobs_buf[:L].reshape(-1),
-                               advantages.reshape(-1), b_returns, b_values, epochs, args)
+            stats = ppo_update(agent, optimizer, b_obs, actions_buf[:L].reshape(L * E, act_dim),
+                               logprobs_buf[:L].reshape(-1), advantages.reshape(-1), b_returns, b_values, epochs, args)
         except NonFiniteLoss as e:
             failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
             train_seconds += time.time() - start_time  # up to now, like the perf sums
@@ -781,13 +785,15 @@ if __name__ == "__main__":
                   f"| kl_bar {scheduler.delta_bar:.4f} | epochs {epochs} | return {ret} "
                   f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
-        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
+        crossed = (args.checkpoint_every
+                   and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every)
         stop = bool(stop_signal)
         if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
         if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                  f"resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])
     obs_rms = normalization_state(envs)["obs_rms"]
@@ -812,7 +818,8 @@ if __name__ == "__main__":
         print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
               f"({capped} hit the step cap)")
     atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
+        "run_name": args.run_name,
         "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
         "eval": summary, "args": vars(args)})
     writer.close()

@@ -127,7 +127,7 @@ class Args:
     bf16: bool = False
     """run the Q-network under bfloat16 autocast when acting and learning (targets, loss, divergence stay float32)"""
     compile: bool = False
-    """torch.compile the Q-network for acting and learning (compiles for a while at the start and once more when L first changes)"""
+    """torch.compile the Q-network to act and learn (compiles for a while at start and again when L first changes)"""
 
 
 NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
@@ -351,7 +351,8 @@ class ResidualBlock(nn.Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(),
+                                  nn.Linear(dim, dim), nn.LayerNorm(dim))
 
     def forward(self, h, projection):
         return F.relu(h + self.body(h)) + projection
@@ -428,7 +429,8 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
+                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
+                                    f"grad norm {grad_norm.item()})")
             optimizer.step()
             losses.append(loss.detach())
             qs.append(q.detach().mean())
@@ -623,7 +625,8 @@ if __name__ == "__main__":
                              args.divergence_high, args.schedule)
 
     storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
-    obs_buf, actions_buf, rewards_buf, values_buf = storage["obs"], storage["actions"], storage["rewards"], storage["values"]
+    obs_buf, actions_buf, rewards_buf, values_buf = (
+        storage["obs"], storage["actions"], storage["rewards"], storage["values"])
     terminals_buf, ends_buf, valid_buf = storage["terminals"], storage["ends"], storage["valid"]
     storage_bytes = sum(b.numel() * b.element_size() for b in storage.values())
 
@@ -632,14 +635,16 @@ if __name__ == "__main__":
         q_network.load_state_dict(checkpoint["q_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        global_step, iteration, train_seconds = checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"]
+        global_step, iteration, train_seconds = (
+            checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
     # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
     # in a directory left with only event files (stopped before its first checkpoint) hides their events.
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
     if checkpoint is None:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
@@ -682,7 +687,8 @@ if __name__ == "__main__":
             snapshot.load_state_dict(q_network.state_dict())
         for step in range(L):
             t0 = time.perf_counter()
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                      global_step)
             obs_buf[step] = next_obs
             valid_buf[step] = 1.0 - prev_end
             with torch.no_grad(), autocast(device, args.bf16):
@@ -714,7 +720,8 @@ if __name__ == "__main__":
             with autocast(device, args.bf16):
                 last_value = q_forward(next_obs).float().max(dim=1).values
             next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
-            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma, args.q_lambda)
+            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma,
+                                       args.q_lambda)
         b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
         try:
             td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
@@ -741,7 +748,8 @@ if __name__ == "__main__":
             writer.add_scalar("adapt/divergence_mean", scheduler.delta_bar, global_step)
             writer.add_scalar("adapt/num_steps", new_L, global_step)
             writer.add_scalar("adapt/batch_size", new_L * E, global_step)
-            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
+            writer.add_scalar("adapt/update_epochs",
+                              update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
         iteration += 1
 
         now = time.time()
@@ -762,13 +770,15 @@ if __name__ == "__main__":
                   f"| delta_bar {scheduler.delta_bar:.3f} | eps {epsilon:.3f} | return {ret} "
                   f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
 
-        crossed = args.checkpoint_every and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every
+        crossed = (args.checkpoint_every
+                   and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every)
         stop = bool(stop_signal)
         if crossed or stop or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds_now, now, global_step
             save_checkpoint()
         if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; resume with --resume {checkpoint_path}")
+            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                  f"resume with --resume {checkpoint_path}")
             writer.close()
             sys.exit(128 + stop_signal[0])
     envs.close()
@@ -783,7 +793,8 @@ if __name__ == "__main__":
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
     returns, lengths, capped = ([], [], 0)
     if args.eval_episodes:
-        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, cap {args.eval_max_episode_steps} steps)")
+        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
+              f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
@@ -793,7 +804,8 @@ if __name__ == "__main__":
         print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
               f"({capped} hit the step cap)")
     atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
+        "run_name": args.run_name,
         "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
         "eval": summary, "args": vars(args)})
     writer.close()
