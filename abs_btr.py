@@ -233,7 +233,8 @@ def one_of(name: str, choices):
 
 
 def seed_rule(name: str = "seed"):
-    return rule(name, lambda v: 0 <= v < 2**32, "in [0, 2^32)")
+    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
+    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
 
 
 def run_name_rule():
@@ -912,6 +913,9 @@ def load_checkpoint(path: str) -> dict:
             unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
         except Exception:
             unsafe = []
+        if unsafe and all(g.startswith("numpy") for g in unsafe):  # numpy RNG state: before weights_only loading
+            raise ValueError(f"--resume: refused {path!r}: written by an earlier version of this script, whose "
+                             "numpy arrays cannot be loaded without unpickling; restart the run") from None
         if unsafe:
             raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
                              "could run code when loaded; only tensors and plain data are accepted") from None
@@ -1136,6 +1140,8 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/q_values", np.mean(mean_qs), global_step)
             for phase, seconds in perf.items():
                 writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
+            if device.type == "cuda":  # with the phase sums, so a run stopped by a signal reports its peak too
+                writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
             losses, mean_qs = [], []
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
@@ -1159,8 +1165,6 @@ if __name__ == "__main__":
             sys.exit(128 + stop_signal[0])
     envs.close()
     train_seconds += time.time() - start_time
-    if device.type == "cuda":
-        writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
 
     # Training is checkpointed; a signal during evaluation simply ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

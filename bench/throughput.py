@@ -233,7 +233,8 @@ def markdown(results: dict) -> str:
             star = "*" if r.get("stopped_rounds") else ""
             cuda = f"{r['cuda_peak_bytes'] / 2**20:.0f}" if "cuda_peak_bytes" in r else "-"
             storage = f"{r['storage_bytes'] / 2**20:.1f}" if "storage_bytes" in r else "-"
-            lines.append(f"| {r['name']} | {r['sps']:.0f}{star} | {r['steady_sps']:.0f} | {r['ratio']:.3f} "
+            ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else "-"  # baseline row failed
+            lines.append(f"| {r['name']} | {r['sps']:.0f}{star} | {r['steady_sps']:.0f} | {ratio} "
                          f"| {phase_split(r.get('phases', {}))} "
                          f"| {r['peak_rss_mb']:.0f} | {cuda} | {storage} | `{r['command']}` |")
     return "\n".join(lines) + "\n"

@@ -502,7 +502,7 @@ def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
 FLOATS = sorted(f.name for f in dataclasses.fields(abs_btr.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--scalar-every", "0"], "--scalar-every"),
     (["--total-timesteps", "0"], "--total-timesteps"), (["--learning-rate", "-1"], "--learning-rate"),

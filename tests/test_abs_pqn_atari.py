@@ -639,7 +639,7 @@ def numeric_flags(args_cls):
 FLOATS = sorted(f.name for f in dataclasses.fields(pqn.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
@@ -760,6 +760,16 @@ def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_p
     assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
     torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
     assert marker.is_dir()
+
+
+def test_checkpoint_of_an_earlier_version_is_refused_with_a_clear_line(tmp_path):
+    old = tmp_path / "old" / "checkpoint.pt"  # numpy's RNG state as an array, as earlier versions stored it
+    old.parent.mkdir()
+    torch.save({"args": {}, "run_name": "old", "rng": {"numpy": np.random.get_state()}}, old)
+    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(old)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=ENV)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "earlier version of this script" in lines[0], p.stderr
 
 
 SHARED = ("flag_of", "rule", "at_least", "positive", "probability", "discount", "one_of", "seed_rule", "run_name_rule",

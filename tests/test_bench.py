@@ -28,6 +28,17 @@ def test_summarize_medians_and_ratios():
     assert out[0]["ratio"] == 1.0 and out[1]["ratio"] == pytest.approx(0.9) and out[2]["ratio"] is None
 
 
+def test_markdown_keeps_the_rows_when_the_baseline_failed():
+    rows = [[{"returncode": 1, "peak_rss_mb": 5.0, "name": "base", "command": "a"}],
+            [{"returncode": 0, "sps": 90.0, "steady_sps": 95.0, "peak_rss_mb": 6.0, "name": "abs", "command": "b"}]]
+    out = throughput.summarize(rows)
+    results = {"mode": "quick", "machine": "m", "date": "d", "rounds": 1, "groups": {"g": out},
+               "env_only": {"num_envs": 16, "sps": None, "error": "x"}}
+    lines = throughput.markdown(results).splitlines()
+    assert any(line.startswith("| base | failed |") for line in lines)
+    assert any(line.startswith("| abs | 90 | 95 | - |") for line in lines), lines
+
+
 def test_steady_sps_is_the_rate_over_the_second_half():
     # 100 steps/s for the first 1000 steps (a slow start, e.g. compilation), then 400 steps/s.
     events = [(s, 0.0, s / 100) for s in range(0, 1001, 100)] + [(1000 + s, 0.0, 10 + s / 400) for s in range(100, 1001, 100)]

@@ -579,7 +579,7 @@ def numeric_flags(args_cls):
 FLOATS = sorted(f.name for f in dataclasses.fields(gns.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed"),
+    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),

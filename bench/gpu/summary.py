@@ -70,7 +70,8 @@ def main(argv=None):
         lines += [f"Machine: {results['machine']}. Rounds: {results['rounds']}, "
                   f"budget {results['budget_seconds']:.0f} s.", ""]
         lines += key_numbers(results) + ["", "Full table (results.md):", ""]
-        lines += (out / "results.md").read_text().splitlines()[2:]
+        if (out / "results.md").exists():
+            lines += (out / "results.md").read_text().splitlines()[2:]
     else:
         lines.append("no results.json: the benchmark did not finish (see bench.log)")
     print("\n".join(lines))
