@@ -348,8 +348,8 @@ def improvement_rates(data, games, table, pairs):
         for g in games:
             missing = [lb for lb in (a, b) if g not in data[lb]]
             if missing:
-                if len(missing) < 2:
-                    excluded.append((g, f"no finished run of {missing[0]}"))
+                excluded.append((g, f"no finished run of {missing[0]}" if len(missing) < 2 else
+                                 "no run of either label"))
                 continue
             paper[g] = improvement_rate(mean_of(a, g), mean_of(b, g))
             s = table.get(g)

@@ -331,3 +331,15 @@ def test_bad_input(tmp_path):
         report.parse_args(["--runs", f"A={tmp_path / 'nope'}"])
     assert e.value.code == 2
     assert report.main(["--runs", f"A={tmp_path}", "--out", str(tmp_path / "o")]) == 1  # no finished runs
+
+
+def test_improvement_lists_games_neither_compared_label_ran(tmp_path):
+    """A game only a third label ran is listed as left out of the A-over-B rates, not skipped silently."""
+    for label, games in (("A", ("Amidar",)), ("B", ("Amidar",)), ("C", ("Amidar", "Qbert"))):
+        for game in games:
+            write_run(tmp_path / label / game, f"{game}-v5", 1, 100.0 if label == "B" else 200.0)
+    assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in "ABC"), "--out", str(tmp_path / "out"),
+                        "--reps", "20", "--compare", "A", "B"]) == 0
+    ir = section((tmp_path / "out" / "report.md").read_text(), "Improvement rate")
+    assert "- A over B: Qbert (no run of either label)" in ir
+    assert "No game left out" not in ir
