@@ -553,10 +553,9 @@ def cmd_report(args) -> int:
     if ref in label_dirs:
         cmd += ["--reference", ref]
     else:
-        print(f"(the reference {ref} has no finished run: the report compares against {next(iter(label_dirs))})")
-    for a, b in pairs:
-        if a in label_dirs and b in label_dirs:
-            cmd += ["--compare", a, b]
+        print(f"(the reference {ref} has no finished run: the report lists {next(iter(label_dirs))} first)")
+    for a, b in pairs:  # a pair without runs of both labels is listed as skipped, never replaced by another
+        cmd += ["--compare" if a in label_dirs and b in label_dirs else "--skip-compare", a, b]
     if args.allow_mixed_timesteps:
         cmd.append("--allow-mixed-timesteps")
     benchmark = args.benchmark or experiments[args.experiment].get("benchmark")

@@ -343,3 +343,22 @@ def test_improvement_lists_games_neither_compared_label_ran(tmp_path):
     ir = section((tmp_path / "out" / "report.md").read_text(), "Improvement rate")
     assert "- A over B: Qbert (no run of either label)" in ir
     assert "No game left out" not in ir
+
+
+def test_skipped_comparisons_are_listed_and_never_replaced_by_reference_vs_all(tmp_path):
+    """Comparisons chosen for their labels (the scale grid's ABS range vs the fixed baseline of its own network)
+    whose labels lack runs are listed as skipped; the report does not compare the reference with every label."""
+    for label in ("S_ABS", "L_fixed"):
+        write_run(tmp_path / label / "Amidar", "Amidar-v5", 1, 100.0)
+    runs = [f"{lb}={tmp_path / lb}" for lb in ("S_ABS", "L_fixed")]
+    assert report.main(["--runs", *runs, "--out", str(tmp_path / "out"), "--reps", "20",
+                        "--skip-compare", "S_ABS", "S_fixed", "--skip-compare", "L_ABS", "L_fixed"]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
+    assert "comparison S_ABS vs S_fixed skipped: no finished run of S_fixed" in section(md, "Data")
+    ir = section(md, "Improvement rate")
+    assert "- S_ABS over S_fixed: no finished run of S_fixed" in ir and "- L_ABS over L_fixed: no finished run " \
+        "of L_ABS" in ir and "| game |" not in ir
+    assert "- no comparison with runs of both its labels" in section(md, "Per-game evaluation return")
+    with pytest.raises(SystemExit):  # a pair with runs of both labels is compared, not skipped
+        report.parse_args(["--runs", *runs, "--skip-compare", "S_ABS", "L_fixed"])

@@ -345,6 +345,7 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), timeout=300)
     assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --reference A" in out.stdout
     assert "B=" not in out.stdout.splitlines()[0] and "--compare" not in out.stdout  # B has no finished run
+    assert out.stdout.splitlines()[0].endswith("--reference A --skip-compare A B"), out.stdout
     assert out.returncode == 0 and (tmp_path / "rep" / "report.md").exists(), out.stdout + out.stderr
     assert sweep_cli("run", "tiny", *opts, "--labels", "B", "--seeds", "1").returncode == 0
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), "--reference", "B", timeout=300)
@@ -352,6 +353,46 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     assert "## Improvement rate of B" in (tmp_path / "rep" / "report.md").read_text()
     bad = sweep_cli("report", "tiny", *opts, "--reference", "C")
     assert bad.returncode == 2 and "--reference: 'C' is not one of the labels" in bad.stderr
+
+
+def fake_result(run_dir: Path, steps: int, game="Pong-v5", seed=1):
+    """What the stand-in writes for a finished run of `steps` environment steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "eval_results.json").write_text(json.dumps({
+        "env_id": game, "seed": seed, "global_step": steps, "total_timesteps": steps,
+        "args": {"seed": seed}, "eval": {"episodes": 1, "returns": [1.0], "mean": 1.0}}))
+
+
+def test_report_skips_comparisons_without_runs_instead_of_comparing_across_networks(tmp_path):
+    """A partly finished grid whose comparisons pair labels of one network: no comparison has runs of both its
+    labels, and the report lists them as skipped rather than comparing the reference with every other label."""
+    config = tmp_path / "grid.toml"
+    config.write_text(textwrap.dedent('''
+        [experiments.grid]
+        script = "x.py"
+        games = ["Pong-v5"]
+        seeds = [1]
+        total_timesteps = 1000
+        reference = "S_ABS"
+        comparisons = [["S_ABS", "S_fixed"], ["L_ABS", "L_fixed"]]
+        [experiments.grid.labels]
+        S_ABS = ""
+        S_fixed = ""
+        L_ABS = ""
+        L_fixed = ""
+    '''))
+    root = tmp_path / "sweeps"
+    for label in ("S_ABS", "L_fixed"):
+        fake_result(root / "grid" / label / "Pong-v5__1", 1000)
+    out = sweep_cli("report", "grid", "--config", str(config), "--root", str(root), "--out", str(tmp_path / "rep"),
+                    timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cmd = out.stdout.splitlines()[0]
+    assert "--skip-compare S_ABS S_fixed --skip-compare L_ABS L_fixed" in cmd and "--compare" not in cmd
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
+    assert "- S_ABS over S_fixed: no finished run of S_fixed" in md
+    assert "- L_ABS over L_fixed: no finished run of L_ABS" in md
 
 
 def test_builtin_references_and_comparisons():
