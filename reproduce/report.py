@@ -222,9 +222,11 @@ class MixedLengths(ValueError):
     """One label's runs have different total_timesteps."""
 
 
-def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False):
-    """-> data[label][game][seed] = Run, the game list, and notes for the report. Raises MixedLengths when a
-    label's runs have different total_timesteps, unless allow_mixed."""
+def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
+            total_timesteps: int | None = None):
+    """-> data[label][game][seed] = Run, the game list, and notes for the report. With total_timesteps, only runs
+    of that length are kept (the others are noted as left out). Raises MixedLengths when a label's runs have
+    different total_timesteps, unless allow_mixed."""
     data, notes, found = {}, [], set()
     allowed = benchmark_games(benchmark, table) if benchmark else None
     for label, root in roots.items():
@@ -234,6 +236,10 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
         for run in runs:
             if (benchmark == "mujoco" and run.game in table) or (allowed is not None and run.game not in allowed):
                 notes.append(f"{label}: ignored `{run.path}` ({run.env_id} is not in {benchmark})")
+                continue
+            if total_timesteps is not None and run.total_timesteps != total_timesteps:
+                notes.append(f"{label}: other length, left out: `{run.path}` ({run.total_timesteps:,} steps, not "
+                             f"{total_timesteps:,})")
                 continue
             old = data[label].setdefault(run.game, {}).get(run.seed)
             if old is not None:
@@ -249,8 +255,8 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
         if len(lengths) > 1:
             if not allow_mixed:
                 raise MixedLengths(f"label {label} has runs of different lengths (total_timesteps "
-                                   f"{', '.join(f'{n:,}' for n in lengths)}); report each length under its own "
-                                   "label, or pass --allow-mixed-timesteps to pool them")
+                                   f"{', '.join(f'{n:,}' for n in lengths)}); pass --total-timesteps N to report "
+                                   "only the runs of length N, or --allow-mixed-timesteps to pool them")
             notes.append(f"{label}: pools runs of different lengths (total_timesteps "
                          f"{', '.join(f'{n:,}' for n in lengths)}; --allow-mixed-timesteps)")
     for label in data:
@@ -680,6 +686,8 @@ def parse_args(argv=None):
     p.add_argument("--skip-compare", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="a chosen comparison whose label A or B has no finished run: listed as skipped "
                    "(repeatable); with it, no comparison other than --compare is made")
+    p.add_argument("--total-timesteps", type=int, metavar="N",
+                   help="report only the runs of N total timesteps; runs of other lengths are listed as left out")
     p.add_argument("--allow-mixed-timesteps", action="store_true",
                    help="pool runs of one label that have different total_timesteps (refused by default)")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
@@ -712,12 +720,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     table = load_atari_scores()
     try:
-        data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps)
+        data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps,
+                                     args.total_timesteps)
     except MixedLengths as e:
         print(f"report.py: {e}", file=sys.stderr)
         return 2
     if not any(data.values()):
-        print("report.py: no finished runs (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
+        length = f" of {args.total_timesteps:,} steps" if args.total_timesteps is not None else ""
+        print(f"report.py: no finished runs{length} (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
               + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
         return 1
     path = write_report(data, games, notes, args, table)

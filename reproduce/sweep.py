@@ -12,7 +12,8 @@ has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --out
 attempt appends its output between a "[sweep] ... start: <command>" and a "[sweep] ... exit N"
 line. The root is runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run
 never stands in for a full one. A run is done when its eval_results.json has the run's total_timesteps;
-a run is skipped when done, resumed when it has a checkpoint.pt.
+a run is skipped when done, resumed when it has a checkpoint.pt; `report` reports only the runs of the
+experiment's length.
 Locally, runs go to a thread pool of --workers that each run one script as a subprocess; with
 --slurm, submitit submits them as a job array: a job gets submitit's signal slurm_signal_delay_s
 seconds before its time limit, stops its script with SIGTERM (the script checkpoints and exits
@@ -541,23 +542,26 @@ def cmd_report(args) -> int:
     finished_dirs = {r.label: r.label_dir for r in runs if r.done()}
     label_dirs = {lb: finished_dirs[lb] for lb in exp["labels"] if lb in finished_dirs}
     if not label_dirs:
-        raise SweepError(f"no finished run of {args.experiment} under {Path(args.root).resolve()}")
+        other = sum(r.result_timesteps() not in (None, r.total_timesteps) for r in runs)
+        raise SweepError(f"no finished run of {args.experiment} with {runs[0].total_timesteps:,} steps under "
+                         f"{Path(args.root).resolve()}" + (f" ({other} run(s) of another length: use the --scale "
+                                                           "they were run with)" if other else ""))
     ref, pairs = reference_and_comparisons(args.experiment, exp)
     if args.reference:
         if args.reference not in exp["labels"]:
             raise SweepError(f"--reference: {args.reference!r} is not one of the labels {list(exp['labels'])}")
         ref, pairs = args.reference, [(args.reference, lb) for lb in exp["labels"] if lb != args.reference]
     out = Path(args.out) if args.out else Path(args.root).resolve() / args.experiment / "report"
+    # only the runs of this grid's length: a label directory may also hold runs of another --scale
     cmd = [sys.executable, str(REPO / "reproduce" / "report.py"), "--runs",
-           *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out)]
+           *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out),
+           "--total-timesteps", str(runs[0].total_timesteps)]
     if ref in label_dirs:
         cmd += ["--reference", ref]
     else:
         print(f"(the reference {ref} has no finished run: the report lists {next(iter(label_dirs))} first)")
     for a, b in pairs:  # a pair without runs of both labels is listed as skipped, never replaced by another
         cmd += ["--compare" if a in label_dirs and b in label_dirs else "--skip-compare", a, b]
-    if args.allow_mixed_timesteps:
-        cmd.append("--allow-mixed-timesteps")
     benchmark = args.benchmark or experiments[args.experiment].get("benchmark")
     finished = {r.env_id for r in runs if r.done()}
     if benchmark and (args.benchmark or finished <= set(game_lists.get(benchmark, finished))):
@@ -606,8 +610,6 @@ def parse_args(argv=None):
     rep.add_argument("--benchmark", help="default: the experiment's")
     rep.add_argument("--reference", help="compare this label with every other (default: the experiment's "
                      "reference and comparisons)")
-    rep.add_argument("--allow-mixed-timesteps", action="store_true",
-                     help="let report.py pool runs of one label that have different total_timesteps")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--extra-args" in argv[:-1]:  # let its value start with "-": --extra-args "--no-cuda"
         i = argv.index("--extra-args")

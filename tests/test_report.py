@@ -362,3 +362,17 @@ def test_skipped_comparisons_are_listed_and_never_replaced_by_reference_vs_all(t
     assert "- no comparison with runs of both its labels" in section(md, "Per-game evaluation return")
     with pytest.raises(SystemExit):  # a pair with runs of both labels is compared, not skipped
         report.parse_args(["--runs", *runs, "--skip-compare", "S_ABS", "L_fixed"])
+
+
+def test_total_timesteps_keeps_one_length_and_lists_the_others(tmp_path):
+    write_run(tmp_path / "ABS" / "full", "Amidar-v5", 1, 200.0, total=1000)
+    write_run(tmp_path / "ABS" / "mini", "Amidar-v5", 2, 50.0, total=20)
+    runs = ["--runs", f"ABS={tmp_path / 'ABS'}", "--reps", "20"]
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *runs, "--out", str(tmp_path / "o1")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "pass --total-timesteps N to report only the runs of length N" in res.stderr
+    assert report.main([*runs, "--out", str(tmp_path / "o2"), "--total-timesteps", "1000"]) == 0
+    data = section((tmp_path / "o2" / "report.md").read_text(), "Data")
+    assert row(data, "ABS")[2] == "1" and f"ABS: other length, left out: `{tmp_path / 'ABS' / 'mini'}` (20 steps, " \
+        "not 1,000)" in data
+    assert report.main([*runs, "--out", str(tmp_path / "o3"), "--total-timesteps", "5"]) == 1  # no run of 5 steps

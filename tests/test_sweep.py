@@ -343,7 +343,7 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     opts, exp_dir = tiny
     assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--seeds", "1").returncode == 0
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), timeout=300)
-    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --reference A" in out.stdout
+    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --total-timesteps 1000 --reference A" in out.stdout
     assert "B=" not in out.stdout.splitlines()[0] and "--compare" not in out.stdout  # B has no finished run
     assert out.stdout.splitlines()[0].endswith("--reference A --skip-compare A B"), out.stdout
     assert out.returncode == 0 and (tmp_path / "rep" / "report.md").exists(), out.stdout + out.stderr
@@ -393,6 +393,27 @@ def test_report_skips_comparisons_without_runs_instead_of_comparing_across_netwo
     assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
     assert "- S_ABS over S_fixed: no finished run of S_fixed" in md
     assert "- L_ABS over L_fixed: no finished run of L_ABS" in md
+
+
+def test_report_keeps_the_experiments_length_and_leaves_other_lengths_out(tiny, tmp_path):
+    """A label directory holding runs of the full length and of a --scale run: `report` reports the runs of its
+    own length and lists the others, instead of refusing the mixed lengths (or pooling them)."""
+    opts, exp_dir = tiny
+    fake_result(exp_dir / "A" / "Pong-v5__1", 1000)
+    fake_result(exp_dir / "A" / "Pong-v5__2", 20, seed=2)
+    out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "full"), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "--total-timesteps 1000" in out.stdout.splitlines()[0]
+    data = (tmp_path / "full" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
+    assert "| A |" in data and "Pong: 1 |" in data
+    assert f"A: other length, left out: `{exp_dir / 'A' / 'Pong-v5__2'}` (20 steps, not 1,000)" in data
+    out = sweep_cli("report", "tiny", *opts, "--scale", "0.02", "--out", str(tmp_path / "mini"), timeout=300)
+    assert out.returncode == 0 and "--total-timesteps 20" in out.stdout, out.stdout + out.stderr
+    assert "A: other length, left out" in (tmp_path / "mini" / "report.md").read_text()
+    (exp_dir / "A" / "Pong-v5__1" / "eval_results.json").unlink()
+    out = sweep_cli("report", "tiny", *opts)
+    assert out.returncode == 2 and "no finished run of tiny with 1,000 steps" in out.stderr
+    assert "1 run(s) of another length: use the --scale they were run with" in out.stderr
 
 
 def test_builtin_references_and_comparisons():
