@@ -20,7 +20,8 @@ seconds before its time limit, stops its script with SIGTERM (the script checkpo
 143) and is requeued by submitit, and the requeued job resumes from the checkpoint. A preemption
 (SIGTERM without that earlier signal) also ends in a checkpoint and a requeue. The Slurm job id of
 every submitted run is kept beside its log (<game>__<seed>.slurm): `status` shows queued and running
-jobs (Slurm's sacct, through submitit), and `run --slurm` does not submit a run whose job is queued or running.
+jobs (Slurm's sacct, through submitit), and `run` (local, --slurm or --dry-run) does not start a run whose job
+is queued or running.
 """
 from __future__ import annotations
 
@@ -478,6 +479,14 @@ def cmd_run(args) -> int:
     if other:
         print(f"# skipping {len(other)} run(s) whose directory holds a result of another length (not "
               f"{other[0].total_timesteps:,} steps), e.g. {other[0].dir}: move them away or use another --root")
+    # A run with a recorded Slurm job that is queued or running is left to that job, whether this run is local,
+    # on Slurm or a dry run: two writers on one run directory would corrupt it.
+    jobs = slurm_states(todo)
+    busy = [r for r in todo if jobs.get(job_id(r)) in QUEUED | ACTIVE]
+    if busy:
+        print(f"{'# ' if args.dry_run else ''}skipping {len(busy)} run(s) whose Slurm job is queued or running: "
+              + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
+        todo = [r for r in todo if r not in busy]
     absent = sorted({r.script for r in todo if not (REPO / r.script).exists()})
     if args.dry_run:
         print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
@@ -488,17 +497,11 @@ def cmd_run(args) -> int:
         steps = sum(r.total_timesteps for r in runs)
         print(f"# total: {len(runs)} runs, {steps:,} environment steps; {sum(r.done() for r in runs)} done, "
               f"{len(todo)} to run ({sum(r.total_timesteps for r in todo):,} steps), "
-              f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed")
+              f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed"
+              + (f"; {len(busy)} left to their queued or running Slurm jobs" if busy else ""))
         return 0
     if absent:
         raise SweepError(f"script(s) not found: {', '.join(absent)} (--labels runs a subset)")
-    if args.slurm:
-        jobs = slurm_states(todo)
-        busy = [r for r in todo if jobs.get(job_id(r)) in QUEUED | ACTIVE]
-        if busy:
-            print(f"skipping {len(busy)} run(s) whose Slurm job is queued or running: "
-                  + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
-            todo = [r for r in todo if r not in busy]
     print(f"{args.experiment}: {len(runs)} runs, {sum(r.done() for r in runs)} already done, {len(todo)} to run")
     if not todo:
         return 0

@@ -434,6 +434,35 @@ def test_builtin_references_and_comparisons():
         sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
 
 
+def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alone(tiny, monkeypatch, capsys):
+    """A recorded Slurm job that is queued or running owns its run directory: a local run does not start that run
+    (two writers on one directory), and a dry run does not list it as to run. A job Slurm no longer lists
+    (COMPLETED, or unknown) does not hold its run back."""
+    opts, exp_dir = tiny
+    logs = exp_dir / "A" / "logs"
+    logs.mkdir(parents=True)
+    for seed, job in ((1, "7_0"), (2, "7_1")):
+        (logs / f"Pong-v5__{seed}.slurm").write_text(f"{job}\n")
+    asked = []
+
+    def states(runs):
+        asked.append(sorted(sweep.job_id(r) for r in runs if sweep.job_id(r)))
+        return {"7_0": "RUNNING", "7_1": "COMPLETED"}
+    monkeypatch.setattr(sweep, "slurm_states", states)
+    assert sweep.main(["run", "tiny", *opts, "--labels", "A", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# skipping 1 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 7_0 RUNNING)" in out
+    cmds = [line for line in out.splitlines() if line.startswith("python ")]
+    assert len(cmds) == 1 and "--seed 2 " in cmds[0]
+    assert "1 to run" in out and "1 left to their queued or running Slurm jobs" in out
+    assert sweep.main(["run", "tiny", *opts, "--labels", "A"]) == 0
+    out = capsys.readouterr().out
+    assert "skipping 1 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 7_0 RUNNING)" in out
+    assert "1 to run" in out and asked == [["7_0", "7_1"], ["7_0", "7_1"]]
+    assert not (exp_dir / "A" / "Pong-v5__1").exists() and not (logs / "Pong-v5__1.log").exists()
+    assert (exp_dir / "A" / "Pong-v5__2" / "eval_results.json").exists()
+
+
 # ----------------------------------------------------------------------------- submitit / Slurm
 def slurm_args(tiny_opts, *extra):
     return sweep.parse_args(["run", "tiny", *tiny_opts, "--slurm", "--partition", "gpu-long", "--gpus-per-job", "2",
