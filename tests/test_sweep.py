@@ -565,9 +565,83 @@ def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
     os.kill(int(m.group(1)), signal.SIGTERM)
     assert job.result() == 0
     log = run.log.read_text()
-    assert "checkpointed on signal 15" in log and "without the time-limit signal (preemption); requeued" in log
+    assert "checkpointed on signal 15" in log and "without the time-limit signal (preemption); requeue 1 of at most 20: requeued" in log
     assert starts(run.log) == 2 and "exit 143 (stopped by the" not in log
+    assert run.requeue_file.read_text() == "1\n"  # counted against --max-requeues
     assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
+
+
+@pytest.fixture
+def preempted(tmp_path, monkeypatch):
+    """A run stopped by SIGTERM with its checkpoint written, inside a mocked Slurm job 12_3 (SLURM_JOB_ID 77):
+    `scontrol show job` answers with the JobState in $FAKE_JOBSTATE (or fails when it is "fail"), and the
+    requeue is recorded, or raises what `requeue_error` holds."""
+    import submitit.core.job_environment as je
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "scontrol").write_text('#!/bin/sh\n[ "$FAKE_JOBSTATE" = fail ] && exit 1\n'
+                                       'echo "JobId=$3 JobName=sweep-tiny"\n'
+                                       'echo "   JobState=$FAKE_JOBSTATE Reason=None Dependency=(null)"\n')
+    (fake_bin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    run = sweep.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
+    run.dir.mkdir(parents=True)
+    (run.dir / "checkpoint.pt").write_text("{}")
+    run.log.parent.mkdir(parents=True)
+    run.log.write_text("[sweep] 2026-01-01T00:00:00 start on h: python x.py\n[sweep] 2026-01-01T00:01:00 exit 143\n")
+    calls, requeue_error = [], []
+
+    class FakeSlurmEnvironment:
+        cluster, job_id = "slurm", "12_3"
+
+        def _requeue(self, countdown):
+            calls.append(run.log.read_text())  # the log as it was when the requeue was asked for
+            if requeue_error:
+                raise requeue_error[0]
+    monkeypatch.setattr(je, "JobEnvironment", FakeSlurmEnvironment)
+    return run, calls, requeue_error
+
+
+def test_preemption_requeue_asks_slurm_first_and_logs_the_outcome(preempted, monkeypatch):
+    run, calls, _ = preempted
+    monkeypatch.setenv("FAKE_JOBSTATE", "PREEMPTED")
+    assert sweep.slurm_job_state("77") == "PREEMPTED"
+    with pytest.raises(SystemExit):
+        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 1 and "requeue" not in calls[0]  # the log line comes after the requeue, with its outcome
+    assert run.log.read_text().rstrip().endswith("without the time-limit signal (preemption); requeue 1 of at most "
+                                                 "2: requeued")
+    assert run.requeue_file.read_text() == "1\n"
+
+
+def test_preemption_requeue_not_after_a_scancel_nor_an_unknown_state(preempted, monkeypatch):
+    run, calls, _ = preempted
+    job = sweep.RunJob(run, 10)
+    monkeypatch.setenv("FAKE_JOBSTATE", "CANCELLED")
+    job._requeue_preempted(143)  # returns: the job ends as failed, the run stays interrupted
+    assert "not requeued: job 77 was cancelled (JobState=CANCELLED)" in run.log.read_text()
+    monkeypatch.setenv("FAKE_JOBSTATE", "fail")
+    assert sweep.slurm_job_state("77") is None
+    job._requeue_preempted(143)
+    assert "not requeued: `scontrol show job 77` gave no JobState" in run.log.read_text()
+    assert calls == [] and not run.requeue_file.exists() and sweep.state(run) == "interrupted"
+
+
+def test_preemption_requeues_are_capped_and_a_requeue_timeout_is_caught(preempted, monkeypatch):
+    run, calls, requeue_error = preempted
+    monkeypatch.setenv("FAKE_JOBSTATE", "RUNNING")
+    requeue_error.append(subprocess.TimeoutExpired(["scontrol", "requeue", "12_3"], 60))
+    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)  # returns instead of raising
+    assert len(calls) == 1 and "requeue 1 of at most 2: failed (TimeoutExpired" in run.log.read_text()
+    requeue_error.clear()
+    with pytest.raises(SystemExit):
+        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 2 and run.requeue_file.read_text() == "2\n"
+    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 2 and run.log.read_text().rstrip().endswith(
+        "not requeued: requeued 2 time(s) after preemptions already (--max-requeues 2)")
 
 
 def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
