@@ -727,8 +727,8 @@ def main(argv=None) -> int:
         return 2
     if not any(data.values()):
         length = f" of {args.total_timesteps:,} steps" if args.total_timesteps is not None else ""
-        print(f"report.py: no finished runs{length} (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
-              + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
+        print(f"report.py: no finished runs{length} (eval_results.json) found under "
+              + ", ".join(map(str, args.runs.values())) + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
         return 1
     path = write_report(data, games, notes, args, table)
     print(f"wrote {path}")

@@ -565,7 +565,8 @@ def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
     os.kill(int(m.group(1)), signal.SIGTERM)
     assert job.result() == 0
     log = run.log.read_text()
-    assert "checkpointed on signal 15" in log and "without the time-limit signal (preemption); requeue 1 of at most 20: requeued" in log
+    assert "checkpointed on signal 15" in log
+    assert "without the time-limit signal (preemption); requeue 1 of at most 20: requeued" in log
     assert starts(run.log) == 2 and "exit 143 (stopped by the" not in log
     assert run.requeue_file.read_text() == "1\n"  # counted against --max-requeues
     assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
