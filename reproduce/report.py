@@ -222,9 +222,11 @@ class MixedLengths(ValueError):
     """One label's runs have different total_timesteps."""
 
 
-def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False):
-    """-> data[label][game][seed] = Run, the game list, and notes for the report. Raises MixedLengths when a
-    label's runs have different total_timesteps, unless allow_mixed."""
+def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
+            total_timesteps: int | None = None):
+    """-> data[label][game][seed] = Run, the game list, and notes for the report. With total_timesteps, only runs
+    of that length are kept (the others are noted as left out). Raises MixedLengths when a label's runs have
+    different total_timesteps, unless allow_mixed."""
     data, notes, found = {}, [], set()
     allowed = benchmark_games(benchmark, table) if benchmark else None
     for label, root in roots.items():
@@ -234,6 +236,10 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
         for run in runs:
             if (benchmark == "mujoco" and run.game in table) or (allowed is not None and run.game not in allowed):
                 notes.append(f"{label}: ignored `{run.path}` ({run.env_id} is not in {benchmark})")
+                continue
+            if total_timesteps is not None and run.total_timesteps != total_timesteps:
+                notes.append(f"{label}: other length, left out: `{run.path}` ({run.total_timesteps:,} steps, not "
+                             f"{total_timesteps:,})")
                 continue
             old = data[label].setdefault(run.game, {}).get(run.seed)
             if old is not None:
@@ -249,8 +255,8 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
         if len(lengths) > 1:
             if not allow_mixed:
                 raise MixedLengths(f"label {label} has runs of different lengths (total_timesteps "
-                                   f"{', '.join(f'{n:,}' for n in lengths)}); report each length under its own "
-                                   "label, or pass --allow-mixed-timesteps to pool them")
+                                   f"{', '.join(f'{n:,}' for n in lengths)}); pass --total-timesteps N to report "
+                                   "only the runs of length N, or --allow-mixed-timesteps to pool them")
             notes.append(f"{label}: pools runs of different lengths (total_timesteps "
                          f"{', '.join(f'{n:,}' for n in lengths)}; --allow-mixed-timesteps)")
     for label in data:
@@ -348,8 +354,8 @@ def improvement_rates(data, games, table, pairs):
         for g in games:
             missing = [lb for lb in (a, b) if g not in data[lb]]
             if missing:
-                if len(missing) < 2:
-                    excluded.append((g, f"no finished run of {missing[0]}"))
+                excluded.append((g, f"no finished run of {missing[0]}" if len(missing) < 2 else
+                                 "no run of either label"))
                 continue
             paper[g] = improvement_rate(mean_of(a, g), mean_of(b, g))
             s = table.get(g)
@@ -365,6 +371,8 @@ def improvement_rates(data, games, table, pairs):
 
 def pairwise_lines(values: dict, pairs, games, what: str, pick=max) -> list[str]:
     """One line per compared pair: in how many of the games both ran a beats b (ties are no win)."""
+    if not pairs:
+        return ["- no comparison with runs of both its labels"]
     lines = []
     for a, b in pairs:
         wins, n = pairwise_wins(values, a, b, games, pick)
@@ -581,7 +589,7 @@ def early_late_section(early, late, data, games, labels, pairs) -> list[str]:
             *pairwise_lines({k: v[0] for k, v in late.items()}, pairs, games, "lower late variance", min), ""]
 
 
-def improvement_section(rates, games, ref) -> list[str]:
+def improvement_section(rates, games, ref, skipped=None) -> list[str]:
     same = {a for a, _ in rates} == {ref}
     ref_name = ref if same else "A"
     md = [f"## Improvement rate{f' of {ref}' if same else ''}", "",
@@ -590,8 +598,11 @@ def improvement_section(rates, games, ref) -> list[str]:
           "of the raw evaluation return (other environments); shown in %. It blows up when s_X is near 0 and is "
           "undefined at 0, so the robust form below is given too. Mean and median are over the games both labels "
           "ran and the form is defined on.", ""]
+    skipped_lines = [f"- {a} over {b}: {why}" for (a, b), why in (skipped or {}).items()]
+    if skipped_lines:
+        md += ["Comparisons skipped:", *skipped_lines, ""]
     if not rates:
-        return md + ["Needs a second label.", ""]
+        return md + ([] if skipped_lines else ["Needs a second label.", ""])
 
     def table(form):
         rows = [[g, *(f"{fmt(100 * r[form][g])}%" if np.isfinite(r[form].get(g, np.nan)) else "–"
@@ -633,7 +644,11 @@ def write_report(data, games, notes, args, table) -> Path:
     data = {ref: data[ref], **{lb: d for lb, d in data.items() if lb != ref}}  # reference label first
     labels = list(data)
     complete = [g for g in games if all(g in d for d in data.values())]
-    pairs = [tuple(p) for p in args.compare] or [(ref, lb) for lb in labels if lb != ref]
+    skipped = {tuple(p): "no finished run of " + " or ".join(lb for lb in p if lb not in data)
+               for p in args.skip_compare}
+    # Skipped pairs mean the comparisons were chosen: never fall back to the reference against every other label.
+    pairs = [tuple(p) for p in args.compare] or ([] if skipped else [(ref, lb) for lb in labels if lb != ref])
+    notes = notes + [f"comparison {a} vs {b} skipped: {why}" for (a, b), why in skipped.items()]
     agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
     rates = improvement_rates(data, games, table, pairs)
     md = ["# Report", "", f"Generated by `reproduce/report.py` from {len(labels)} label(s); benchmark: "
@@ -652,7 +667,7 @@ def write_report(data, games, notes, args, table) -> Path:
                            "IQM over seeds of each run's mean evaluation return (raw; no human-normalised score "
                            "outside Atari)")
     md += early_late_section(*early_late(data, games), data, games, labels, pairs)
-    md += improvement_section(rates, games, ref)
+    md += improvement_section(rates, games, ref, skipped)
     md += figures_section(data, games, agg, rates, out, args.bins)
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"
@@ -668,6 +683,11 @@ def parse_args(argv=None):
     p.add_argument("--reference", help="label the others are compared with (default: the first)")
     p.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="compare label A against label B (repeatable; default: the reference against each other)")
+    p.add_argument("--skip-compare", nargs=2, action="append", default=[], metavar=("A", "B"),
+                   help="a chosen comparison whose label A or B has no finished run: listed as skipped "
+                   "(repeatable); with it, no comparison other than --compare is made")
+    p.add_argument("--total-timesteps", type=int, metavar="N",
+                   help="report only the runs of N total timesteps; runs of other lengths are listed as left out")
     p.add_argument("--allow-mixed-timesteps", action="store_true",
                    help="pool runs of one label that have different total_timesteps (refused by default)")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
@@ -687,6 +707,9 @@ def parse_args(argv=None):
     for pair in args.compare:
         if any(lb not in runs for lb in pair):
             p.error(f"--compare: {' '.join(pair)!r} names a label that is not one of {list(runs)}")
+    for pair in args.skip_compare:
+        if all(lb in runs for lb in pair):
+            p.error(f"--skip-compare: both {' and '.join(pair)} have runs (use --compare)")
     if args.reps < 1 or args.bins < 1:
         p.error("--reps and --bins must be positive")
     args.runs = runs
@@ -697,13 +720,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     table = load_atari_scores()
     try:
-        data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps)
+        data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps,
+                                     args.total_timesteps)
     except MixedLengths as e:
         print(f"report.py: {e}", file=sys.stderr)
         return 2
     if not any(data.values()):
-        print("report.py: no finished runs (eval_results.json) found under " + ", ".join(map(str, args.runs.values()))
-              + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
+        length = f" of {args.total_timesteps:,} steps" if args.total_timesteps is not None else ""
+        print(f"report.py: no finished runs{length} (eval_results.json) found under "
+              + ", ".join(map(str, args.runs.values())) + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
         return 1
     path = write_report(data, games, notes, args, table)
     print(f"wrote {path}")

@@ -12,14 +12,17 @@ has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --out
 attempt appends its output between a "[sweep] ... start: <command>" and a "[sweep] ... exit N"
 line. The root is runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run
 never stands in for a full one. A run is done when its eval_results.json has the run's total_timesteps;
-a run is skipped when done, resumed when it has a checkpoint.pt.
+a run is skipped when done, resumed when it has a checkpoint.pt; `report` reports only the runs of the
+experiment's length.
 Locally, runs go to a thread pool of --workers that each run one script as a subprocess; with
 --slurm, submitit submits them as a job array: a job gets submitit's signal slurm_signal_delay_s
 seconds before its time limit, stops its script with SIGTERM (the script checkpoints and exits
 143) and is requeued by submitit, and the requeued job resumes from the checkpoint. A preemption
-(SIGTERM without that earlier signal) also ends in a checkpoint and a requeue. The Slurm job id of
+(SIGTERM without that earlier signal) also ends in a checkpoint and a requeue, at most --max-requeues
+times, but not when Slurm says the job was cancelled (scancel sends the same SIGTERM) or cannot say. The Slurm job id of
 every submitted run is kept beside its log (<game>__<seed>.slurm): `status` shows queued and running
-jobs (Slurm's sacct, through submitit), and `run --slurm` does not submit a run whose job is queued or running.
+jobs (Slurm's sacct, through submitit), and `run` (local, --slurm or --dry-run) does not start a run whose job
+is queued or running.
 """
 from __future__ import annotations
 
@@ -88,6 +91,11 @@ class Run:
     def job_file(self) -> Path:
         """The Slurm job id of the run's latest submission."""
         return self.label_dir / "logs" / f"{self.name}.slurm"
+
+    @property
+    def requeue_file(self) -> Path:
+        """How often the run's latest Slurm job requeued itself after a preemption."""
+        return self.label_dir / "logs" / f"{self.name}.requeues"
 
     def result_timesteps(self) -> int | None:
         """total_timesteps of the run's eval_results.json; None when there is none (or it is unreadable)."""
@@ -280,6 +288,18 @@ def job_id(run: Run) -> str | None:
         return None
 
 
+def slurm_job_state(job: str, timeout: float = 30) -> str | None:
+    """The JobState `scontrol show job` gives a job (RUNNING, CANCELLED, PREEMPTED, ...); None when scontrol fails,
+    times out or gives none."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=timeout,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bJobState=(\S+)", out)
+    return m.group(1).upper() if m else None
+
+
 def slurm_states(runs: list[Run]) -> dict[str, str]:
     """job id -> Slurm state (sacct, through submitit's watcher) of the runs' recorded jobs; {} when no run has a
     job. A job Slurm does not know (any more) is UNKNOWN, and the run's state then comes from its files."""
@@ -353,14 +373,15 @@ class RunJob:
     the script with SIGTERM (it writes checkpoint.pt) and hands submitit a fresh job to requeue;
     that job finds the checkpoint and resumes."""
 
-    def __init__(self, run: Run, grace_s: float = 120.0):
-        self.run, self.grace_s, self._proc, self._log, self._signalled = run, grace_s, None, None, False
+    def __init__(self, run: Run, grace_s: float = 120.0, max_requeues: int = 20):
+        self.run, self.grace_s, self.max_requeues = run, grace_s, max_requeues
+        self._proc, self._log, self._signalled = None, None, False
 
     def __getstate__(self):
-        return {"run": self.run, "grace_s": self.grace_s}
+        return {"run": self.run, "grace_s": self.grace_s, "max_requeues": self.max_requeues}
 
     def __setstate__(self, d):
-        self.__init__(d["run"], d["grace_s"])
+        self.__init__(d["run"], d["grace_s"], d.get("max_requeues", 20))
 
     def _started(self, proc, log):
         self._proc, self._log = proc, log
@@ -379,17 +400,50 @@ class RunJob:
                                + tail(self.run.log))
         return 0
 
-    def _requeue_preempted(self, rc: int):
-        """The script was stopped (SIGTERM: a preemption) without submitit's time-limit signal, and wrote its
-        checkpoint: requeue this job as submitit does after that signal; the requeued job resumes."""
-        from submitit.core.job_environment import JobEnvironment
+    def _note(self, text: str) -> None:
+        """One line in the run's log (and on the job's stderr)."""
         with open(self.run.log, "a") as log:
-            log.write(f"[sweep] {_now()} stopped (exit {rc}) without the time-limit signal (preemption); "
-                      "requeued\n")
+            log.write(f"[sweep] {_now()} {text}\n")
+        print(text, file=sys.stderr, flush=True)
+
+    def _requeue_preempted(self, rc: int) -> None:
+        """The script was stopped by SIGTERM without submitit's time-limit signal, and wrote its checkpoint: a
+        preemption, or a user's scancel (Slurm sends both the same SIGTERM). Requeue this job as submitit does
+        after that signal (the requeued job resumes), unless
+        - Slurm's JobState of the job (scontrol show job $SLURM_JOB_ID) is CANCELLED: a scancel is not undone;
+        - scontrol gives no JobState (it fails or times out): whether the job was cancelled is unknown, and it
+          is not requeued rather than risk undoing a scancel; `sweep.py run --slurm` resumes the run;
+        - the job was requeued --max-requeues times after preemptions already (counted in the run's .requeues
+          file beside its .slurm file; a new submission starts the count again).
+        Returns when the job is not requeued (it then ends as failed, the run interrupted); ends it otherwise."""
+        from submitit.core.job_environment import JobEnvironment
+        env = JobEnvironment()
+        what = f"stopped (exit {rc}) without the time-limit signal"
         try:
-            JobEnvironment()._requeue(0)  # Slurm: scontrol requeue; submitit's local executor: exits to requeue
-        except subprocess.CalledProcessError as e:  # e.g. Slurm requeued the preempted job itself
-            print(f"requeue: {e}", file=sys.stderr)
+            count = int(self.run.requeue_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            count = 0
+        if count >= self.max_requeues:
+            return self._note(f"{what}; not requeued: requeued {count} time(s) after preemptions already "
+                              f"(--max-requeues {self.max_requeues})")
+        if env.cluster == "slurm":
+            job = os.environ.get("SLURM_JOB_ID") or env.job_id
+            job_state = slurm_job_state(job)
+            if job_state is None:
+                return self._note(f"{what}; not requeued: `scontrol show job {job}` gave no JobState, so a "
+                                  "cancellation cannot be ruled out (`sweep.py run --slurm` resumes the run)")
+            if job_state.startswith("CANCELLED"):
+                return self._note(f"{what}; not requeued: job {job} was cancelled (JobState={job_state})")
+        self.run.requeue_file.write_text(f"{count + 1}\n")
+        what += f" (preemption); requeue {count + 1} of at most {self.max_requeues}"
+        if env.cluster != "slurm":  # submitit's local executor requeues by ending this process: note it first
+            self._note(f"{what}: requeued")
+        try:
+            env._requeue(0)  # Slurm: scontrol requeue (60 s timeout)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+            return self._note(f"{what}: failed ({type(e).__name__}: {e}); not requeued, unless Slurm requeued "
+                              "the job itself (`sweep.py run --slurm` resumes the run)")
+        self._note(f"{what}: requeued")
         sys.exit(-1)  # what submitit does after a requeue: the job ends without a result
 
     def checkpoint(self, *args, **kwargs):
@@ -411,7 +465,7 @@ class RunJob:
                     self._log.flush()
                     break
                 time.sleep(0.2)
-        return submitit.helpers.DelayedSubmission(RunJob(self.run, self.grace_s))
+        return submitit.helpers.DelayedSubmission(RunJob(self.run, self.grace_s, self.max_requeues))
 
 
 def slurm_executor(args, folder: Path):
@@ -426,17 +480,19 @@ def slurm_executor(args, folder: Path):
     return ex
 
 
-def submit(executor, runs: list[Run], grace_s: float) -> list:
-    """Submit the runs as one job array; the job code travels by value (cloudpickle)."""
+def submit(executor, runs: list[Run], grace_s: float, max_requeues: int = 20) -> list:
+    """Submit the runs as one job array; the job code travels by value (cloudpickle). Each job requeues itself
+    at most max_requeues times after preemptions."""
     import cloudpickle
     module = sys.modules[RunJob.__module__]
     if module.__name__ != "__main__":
         cloudpickle.register_pickle_by_value(module)
     with executor.batch():
-        jobs = [executor.submit(RunJob(run, grace_s)) for run in runs]
+        jobs = [executor.submit(RunJob(run, grace_s, max_requeues)) for run in runs]
     for run, job in zip(runs, jobs):  # recorded so that status and a second `run --slurm` see queued jobs
         run.job_file.parent.mkdir(parents=True, exist_ok=True)
         run.job_file.write_text(f"{job.job_id}\n")
+        run.requeue_file.unlink(missing_ok=True)  # a new job: its preemption requeues are counted afresh
     return jobs
 
 
@@ -477,6 +533,14 @@ def cmd_run(args) -> int:
     if other:
         print(f"# skipping {len(other)} run(s) whose directory holds a result of another length (not "
               f"{other[0].total_timesteps:,} steps), e.g. {other[0].dir}: move them away or use another --root")
+    # A run with a recorded Slurm job that is queued or running is left to that job, whether this run is local,
+    # on Slurm or a dry run: two writers on one run directory would corrupt it.
+    jobs = slurm_states(todo)
+    busy = [r for r in todo if jobs.get(job_id(r)) in QUEUED | ACTIVE]
+    if busy:
+        print(f"{'# ' if args.dry_run else ''}skipping {len(busy)} run(s) whose Slurm job is queued or running: "
+              + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
+        todo = [r for r in todo if r not in busy]
     absent = sorted({r.script for r in todo if not (REPO / r.script).exists()})
     if args.dry_run:
         print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
@@ -487,23 +551,18 @@ def cmd_run(args) -> int:
         steps = sum(r.total_timesteps for r in runs)
         print(f"# total: {len(runs)} runs, {steps:,} environment steps; {sum(r.done() for r in runs)} done, "
               f"{len(todo)} to run ({sum(r.total_timesteps for r in todo):,} steps), "
-              f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed")
+              f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed"
+              + (f"; {len(busy)} left to their queued or running Slurm jobs" if busy else ""))
         return 0
     if absent:
         raise SweepError(f"script(s) not found: {', '.join(absent)} (--labels runs a subset)")
-    if args.slurm:
-        jobs = slurm_states(todo)
-        busy = [r for r in todo if jobs.get(job_id(r)) in QUEUED | ACTIVE]
-        if busy:
-            print(f"skipping {len(busy)} run(s) whose Slurm job is queued or running: "
-                  + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
-            todo = [r for r in todo if r not in busy]
     print(f"{args.experiment}: {len(runs)} runs, {sum(r.done() for r in runs)} already done, {len(todo)} to run")
     if not todo:
         return 0
     if args.slurm:
         folder = Path(args.root).resolve() / args.experiment / "submitit"
-        jobs = submit(slurm_executor(args, folder), todo, grace_s=max(10, args.signal_delay_s - 30))
+        jobs = submit(slurm_executor(args, folder), todo, grace_s=max(10, args.signal_delay_s - 30),
+                      max_requeues=args.max_requeues)
         print(f"submitted {len(jobs)} jobs ({jobs[0].job_id} ... {jobs[-1].job_id}); submitit files in {folder}")
         print(f"follow with: python reproduce/sweep.py status {args.experiment}"
               + (f" --config {args.config}" if args.config else ""))
@@ -541,24 +600,26 @@ def cmd_report(args) -> int:
     finished_dirs = {r.label: r.label_dir for r in runs if r.done()}
     label_dirs = {lb: finished_dirs[lb] for lb in exp["labels"] if lb in finished_dirs}
     if not label_dirs:
-        raise SweepError(f"no finished run of {args.experiment} under {Path(args.root).resolve()}")
+        other = sum(r.result_timesteps() not in (None, r.total_timesteps) for r in runs)
+        raise SweepError(f"no finished run of {args.experiment} with {runs[0].total_timesteps:,} steps under "
+                         f"{Path(args.root).resolve()}" + (f" ({other} run(s) of another length: use the --scale "
+                                                           "they were run with)" if other else ""))
     ref, pairs = reference_and_comparisons(args.experiment, exp)
     if args.reference:
         if args.reference not in exp["labels"]:
             raise SweepError(f"--reference: {args.reference!r} is not one of the labels {list(exp['labels'])}")
         ref, pairs = args.reference, [(args.reference, lb) for lb in exp["labels"] if lb != args.reference]
     out = Path(args.out) if args.out else Path(args.root).resolve() / args.experiment / "report"
+    # only the runs of this grid's length: a label directory may also hold runs of another --scale
     cmd = [sys.executable, str(REPO / "reproduce" / "report.py"), "--runs",
-           *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out)]
+           *[f"{label}={d}" for label, d in label_dirs.items()], "--out", str(out),
+           "--total-timesteps", str(runs[0].total_timesteps)]
     if ref in label_dirs:
         cmd += ["--reference", ref]
     else:
-        print(f"(the reference {ref} has no finished run: the report compares against {next(iter(label_dirs))})")
-    for a, b in pairs:
-        if a in label_dirs and b in label_dirs:
-            cmd += ["--compare", a, b]
-    if args.allow_mixed_timesteps:
-        cmd.append("--allow-mixed-timesteps")
+        print(f"(the reference {ref} has no finished run: the report lists {next(iter(label_dirs))} first)")
+    for a, b in pairs:  # a pair without runs of both labels is listed as skipped, never replaced by another
+        cmd += ["--compare" if a in label_dirs and b in label_dirs else "--skip-compare", a, b]
     benchmark = args.benchmark or experiments[args.experiment].get("benchmark")
     finished = {r.env_id for r in runs if r.done()}
     if benchmark and (args.benchmark or finished <= set(game_lists.get(benchmark, finished))):
@@ -598,7 +659,8 @@ def parse_args(argv=None):
     s.add_argument("--mem-gb", type=float)
     s.add_argument("--signal-delay-s", type=int, default=180,
                    help="a job is stopped (script checkpoints) and requeued this long before its time limit")
-    s.add_argument("--max-requeues", type=int, default=20, help="requeues after time-outs per job")
+    s.add_argument("--max-requeues", type=int, default=20,
+                   help="requeues per job after time-outs, and (counted apart) after preemptions")
     s.add_argument("--slurm-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any other sbatch option, e.g. --slurm-arg account=abc --slurm-arg qos=high")
     sub.add_parser("status", parents=[common], help="done / running / interrupted / failed / missing")
@@ -607,8 +669,6 @@ def parse_args(argv=None):
     rep.add_argument("--benchmark", help="default: the experiment's")
     rep.add_argument("--reference", help="compare this label with every other (default: the experiment's "
                      "reference and comparisons)")
-    rep.add_argument("--allow-mixed-timesteps", action="store_true",
-                     help="let report.py pool runs of one label that have different total_timesteps")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--extra-args" in argv[:-1]:  # let its value start with "-": --extra-args "--no-cuda"
         i = argv.index("--extra-args")

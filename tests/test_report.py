@@ -331,3 +331,48 @@ def test_bad_input(tmp_path):
         report.parse_args(["--runs", f"A={tmp_path / 'nope'}"])
     assert e.value.code == 2
     assert report.main(["--runs", f"A={tmp_path}", "--out", str(tmp_path / "o")]) == 1  # no finished runs
+
+
+def test_improvement_lists_games_neither_compared_label_ran(tmp_path):
+    """A game only a third label ran is listed as left out of the A-over-B rates, not skipped silently."""
+    for label, games in (("A", ("Amidar",)), ("B", ("Amidar",)), ("C", ("Amidar", "Qbert"))):
+        for game in games:
+            write_run(tmp_path / label / game, f"{game}-v5", 1, 100.0 if label == "B" else 200.0)
+    assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in "ABC"), "--out", str(tmp_path / "out"),
+                        "--reps", "20", "--compare", "A", "B"]) == 0
+    ir = section((tmp_path / "out" / "report.md").read_text(), "Improvement rate")
+    assert "- A over B: Qbert (no run of either label)" in ir
+    assert "No game left out" not in ir
+
+
+def test_skipped_comparisons_are_listed_and_never_replaced_by_reference_vs_all(tmp_path):
+    """Comparisons chosen for their labels (the scale grid's ABS range vs the fixed baseline of its own network)
+    whose labels lack runs are listed as skipped; the report does not compare the reference with every label."""
+    for label in ("S_ABS", "L_fixed"):
+        write_run(tmp_path / label / "Amidar", "Amidar-v5", 1, 100.0)
+    runs = [f"{lb}={tmp_path / lb}" for lb in ("S_ABS", "L_fixed")]
+    assert report.main(["--runs", *runs, "--out", str(tmp_path / "out"), "--reps", "20",
+                        "--skip-compare", "S_ABS", "S_fixed", "--skip-compare", "L_ABS", "L_fixed"]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
+    assert "comparison S_ABS vs S_fixed skipped: no finished run of S_fixed" in section(md, "Data")
+    ir = section(md, "Improvement rate")
+    assert "- S_ABS over S_fixed: no finished run of S_fixed" in ir and "- L_ABS over L_fixed: no finished run " \
+        "of L_ABS" in ir and "| game |" not in ir
+    assert "- no comparison with runs of both its labels" in section(md, "Per-game evaluation return")
+    with pytest.raises(SystemExit):  # a pair with runs of both labels is compared, not skipped
+        report.parse_args(["--runs", *runs, "--skip-compare", "S_ABS", "L_fixed"])
+
+
+def test_total_timesteps_keeps_one_length_and_lists_the_others(tmp_path):
+    write_run(tmp_path / "ABS" / "full", "Amidar-v5", 1, 200.0, total=1000)
+    write_run(tmp_path / "ABS" / "mini", "Amidar-v5", 2, 50.0, total=20)
+    runs = ["--runs", f"ABS={tmp_path / 'ABS'}", "--reps", "20"]
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *runs, "--out", str(tmp_path / "o1")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "pass --total-timesteps N to report only the runs of length N" in res.stderr
+    assert report.main([*runs, "--out", str(tmp_path / "o2"), "--total-timesteps", "1000"]) == 0
+    data = section((tmp_path / "o2" / "report.md").read_text(), "Data")
+    assert row(data, "ABS")[2] == "1" and f"ABS: other length, left out: `{tmp_path / 'ABS' / 'mini'}` (20 steps, " \
+        "not 1,000)" in data
+    assert report.main([*runs, "--out", str(tmp_path / "o3"), "--total-timesteps", "5"]) == 1  # no run of 5 steps

@@ -343,8 +343,9 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     opts, exp_dir = tiny
     assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--seeds", "1").returncode == 0
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), timeout=300)
-    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --reference A" in out.stdout
+    assert f"--runs A={exp_dir / 'A'} --out {tmp_path / 'rep'} --total-timesteps 1000 --reference A" in out.stdout
     assert "B=" not in out.stdout.splitlines()[0] and "--compare" not in out.stdout  # B has no finished run
+    assert out.stdout.splitlines()[0].endswith("--reference A --skip-compare A B"), out.stdout
     assert out.returncode == 0 and (tmp_path / "rep" / "report.md").exists(), out.stdout + out.stderr
     assert sweep_cli("run", "tiny", *opts, "--labels", "B", "--seeds", "1").returncode == 0
     out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "rep"), "--reference", "B", timeout=300)
@@ -352,6 +353,67 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     assert "## Improvement rate of B" in (tmp_path / "rep" / "report.md").read_text()
     bad = sweep_cli("report", "tiny", *opts, "--reference", "C")
     assert bad.returncode == 2 and "--reference: 'C' is not one of the labels" in bad.stderr
+
+
+def fake_result(run_dir: Path, steps: int, game="Pong-v5", seed=1):
+    """What the stand-in writes for a finished run of `steps` environment steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "eval_results.json").write_text(json.dumps({
+        "env_id": game, "seed": seed, "global_step": steps, "total_timesteps": steps,
+        "args": {"seed": seed}, "eval": {"episodes": 1, "returns": [1.0], "mean": 1.0}}))
+
+
+def test_report_skips_comparisons_without_runs_instead_of_comparing_across_networks(tmp_path):
+    """A partly finished grid whose comparisons pair labels of one network: no comparison has runs of both its
+    labels, and the report lists them as skipped rather than comparing the reference with every other label."""
+    config = tmp_path / "grid.toml"
+    config.write_text(textwrap.dedent('''
+        [experiments.grid]
+        script = "x.py"
+        games = ["Pong-v5"]
+        seeds = [1]
+        total_timesteps = 1000
+        reference = "S_ABS"
+        comparisons = [["S_ABS", "S_fixed"], ["L_ABS", "L_fixed"]]
+        [experiments.grid.labels]
+        S_ABS = ""
+        S_fixed = ""
+        L_ABS = ""
+        L_fixed = ""
+    '''))
+    root = tmp_path / "sweeps"
+    for label in ("S_ABS", "L_fixed"):
+        fake_result(root / "grid" / label / "Pong-v5__1", 1000)
+    out = sweep_cli("report", "grid", "--config", str(config), "--root", str(root), "--out", str(tmp_path / "rep"),
+                    timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cmd = out.stdout.splitlines()[0]
+    assert "--skip-compare S_ABS S_fixed --skip-compare L_ABS L_fixed" in cmd and "--compare" not in cmd
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
+    assert "- S_ABS over S_fixed: no finished run of S_fixed" in md
+    assert "- L_ABS over L_fixed: no finished run of L_ABS" in md
+
+
+def test_report_keeps_the_experiments_length_and_leaves_other_lengths_out(tiny, tmp_path):
+    """A label directory holding runs of the full length and of a --scale run: `report` reports the runs of its
+    own length and lists the others, instead of refusing the mixed lengths (or pooling them)."""
+    opts, exp_dir = tiny
+    fake_result(exp_dir / "A" / "Pong-v5__1", 1000)
+    fake_result(exp_dir / "A" / "Pong-v5__2", 20, seed=2)
+    out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "full"), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "--total-timesteps 1000" in out.stdout.splitlines()[0]
+    data = (tmp_path / "full" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
+    assert "| A |" in data and "Pong: 1 |" in data
+    assert f"A: other length, left out: `{exp_dir / 'A' / 'Pong-v5__2'}` (20 steps, not 1,000)" in data
+    out = sweep_cli("report", "tiny", *opts, "--scale", "0.02", "--out", str(tmp_path / "mini"), timeout=300)
+    assert out.returncode == 0 and "--total-timesteps 20" in out.stdout, out.stdout + out.stderr
+    assert "A: other length, left out" in (tmp_path / "mini" / "report.md").read_text()
+    (exp_dir / "A" / "Pong-v5__1" / "eval_results.json").unlink()
+    out = sweep_cli("report", "tiny", *opts)
+    assert out.returncode == 2 and "no finished run of tiny with 1,000 steps" in out.stderr
+    assert "1 run(s) of another length: use the --scale they were run with" in out.stderr
 
 
 def test_builtin_references_and_comparisons():
@@ -370,6 +432,35 @@ def test_builtin_references_and_comparisons():
         sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
     with pytest.raises(sweep.SweepError, match="comparisons must be a list"):
         sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
+
+
+def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alone(tiny, monkeypatch, capsys):
+    """A recorded Slurm job that is queued or running owns its run directory: a local run does not start that run
+    (two writers on one directory), and a dry run does not list it as to run. A job Slurm no longer lists
+    (COMPLETED, or unknown) does not hold its run back."""
+    opts, exp_dir = tiny
+    logs = exp_dir / "A" / "logs"
+    logs.mkdir(parents=True)
+    for seed, job in ((1, "7_0"), (2, "7_1")):
+        (logs / f"Pong-v5__{seed}.slurm").write_text(f"{job}\n")
+    asked = []
+
+    def states(runs):
+        asked.append(sorted(sweep.job_id(r) for r in runs if sweep.job_id(r)))
+        return {"7_0": "RUNNING", "7_1": "COMPLETED"}
+    monkeypatch.setattr(sweep, "slurm_states", states)
+    assert sweep.main(["run", "tiny", *opts, "--labels", "A", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# skipping 1 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 7_0 RUNNING)" in out
+    cmds = [line for line in out.splitlines() if line.startswith("python ")]
+    assert len(cmds) == 1 and "--seed 2 " in cmds[0]
+    assert "1 to run" in out and "1 left to their queued or running Slurm jobs" in out
+    assert sweep.main(["run", "tiny", *opts, "--labels", "A"]) == 0
+    out = capsys.readouterr().out
+    assert "skipping 1 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 7_0 RUNNING)" in out
+    assert "1 to run" in out and asked == [["7_0", "7_1"], ["7_0", "7_1"]]
+    assert not (exp_dir / "A" / "Pong-v5__1").exists() and not (logs / "Pong-v5__1.log").exists()
+    assert (exp_dir / "A" / "Pong-v5__2" / "eval_results.json").exists()
 
 
 # ----------------------------------------------------------------------------- submitit / Slurm
@@ -474,9 +565,84 @@ def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
     os.kill(int(m.group(1)), signal.SIGTERM)
     assert job.result() == 0
     log = run.log.read_text()
-    assert "checkpointed on signal 15" in log and "without the time-limit signal (preemption); requeued" in log
+    assert "checkpointed on signal 15" in log
+    assert "without the time-limit signal (preemption); requeue 1 of at most 20: requeued" in log
     assert starts(run.log) == 2 and "exit 143 (stopped by the" not in log
+    assert run.requeue_file.read_text() == "1\n"  # counted against --max-requeues
     assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
+
+
+@pytest.fixture
+def preempted(tmp_path, monkeypatch):
+    """A run stopped by SIGTERM with its checkpoint written, inside a mocked Slurm job 12_3 (SLURM_JOB_ID 77):
+    `scontrol show job` answers with the JobState in $FAKE_JOBSTATE (or fails when it is "fail"), and the
+    requeue is recorded, or raises what `requeue_error` holds."""
+    import submitit.core.job_environment as je
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "scontrol").write_text('#!/bin/sh\n[ "$FAKE_JOBSTATE" = fail ] && exit 1\n'
+                                       'echo "JobId=$3 JobName=sweep-tiny"\n'
+                                       'echo "   JobState=$FAKE_JOBSTATE Reason=None Dependency=(null)"\n')
+    (fake_bin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    run = sweep.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
+    run.dir.mkdir(parents=True)
+    (run.dir / "checkpoint.pt").write_text("{}")
+    run.log.parent.mkdir(parents=True)
+    run.log.write_text("[sweep] 2026-01-01T00:00:00 start on h: python x.py\n[sweep] 2026-01-01T00:01:00 exit 143\n")
+    calls, requeue_error = [], []
+
+    class FakeSlurmEnvironment:
+        cluster, job_id = "slurm", "12_3"
+
+        def _requeue(self, countdown):
+            calls.append(run.log.read_text())  # the log as it was when the requeue was asked for
+            if requeue_error:
+                raise requeue_error[0]
+    monkeypatch.setattr(je, "JobEnvironment", FakeSlurmEnvironment)
+    return run, calls, requeue_error
+
+
+def test_preemption_requeue_asks_slurm_first_and_logs_the_outcome(preempted, monkeypatch):
+    run, calls, _ = preempted
+    monkeypatch.setenv("FAKE_JOBSTATE", "PREEMPTED")
+    assert sweep.slurm_job_state("77") == "PREEMPTED"
+    with pytest.raises(SystemExit):
+        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 1 and "requeue" not in calls[0]  # the log line comes after the requeue, with its outcome
+    assert run.log.read_text().rstrip().endswith("without the time-limit signal (preemption); requeue 1 of at most "
+                                                 "2: requeued")
+    assert run.requeue_file.read_text() == "1\n"
+
+
+def test_preemption_requeue_not_after_a_scancel_nor_an_unknown_state(preempted, monkeypatch):
+    run, calls, _ = preempted
+    job = sweep.RunJob(run, 10)
+    monkeypatch.setenv("FAKE_JOBSTATE", "CANCELLED")
+    job._requeue_preempted(143)  # returns: the job ends as failed, the run stays interrupted
+    assert "not requeued: job 77 was cancelled (JobState=CANCELLED)" in run.log.read_text()
+    monkeypatch.setenv("FAKE_JOBSTATE", "fail")
+    assert sweep.slurm_job_state("77") is None
+    job._requeue_preempted(143)
+    assert "not requeued: `scontrol show job 77` gave no JobState" in run.log.read_text()
+    assert calls == [] and not run.requeue_file.exists() and sweep.state(run) == "interrupted"
+
+
+def test_preemption_requeues_are_capped_and_a_requeue_timeout_is_caught(preempted, monkeypatch):
+    run, calls, requeue_error = preempted
+    monkeypatch.setenv("FAKE_JOBSTATE", "RUNNING")
+    requeue_error.append(subprocess.TimeoutExpired(["scontrol", "requeue", "12_3"], 60))
+    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)  # returns instead of raising
+    assert len(calls) == 1 and "requeue 1 of at most 2: failed (TimeoutExpired" in run.log.read_text()
+    requeue_error.clear()
+    with pytest.raises(SystemExit):
+        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 2 and run.requeue_file.read_text() == "2\n"
+    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    assert len(calls) == 2 and run.log.read_text().rstrip().endswith(
+        "not requeued: requeued 2 time(s) after preemptions already (--max-requeues 2)")
 
 
 def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
