@@ -316,12 +316,21 @@ def main(argv=None):
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(markdown(results))
     print(markdown(results))
-    failed = [r["name"] for rows in results["groups"].values() for r in rows if r.get("sps") is None]
-    failed += ["environment only"] if results["env_only"]["sps"] is None else []
+    failed, skipped = failures(results)
+    if skipped:
+        print(f"skipped (the budget was spent): {', '.join(skipped)}", file=sys.stderr)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def failures(results: dict) -> tuple[list[str], list[str]]:
+    """Rows without a result: those that failed (exit 1), and those --budget skipped (reported, not a failure)."""
+    rows = [r for rows in results["groups"].values() for r in rows if r.get("sps") is None]
+    skipped = [r["name"] for r in rows if str(r.get("error", "")).startswith("skipped")]
+    failed = [r["name"] for r in rows if r["name"] not in skipped]
+    return failed + (["environment only"] if results["env_only"]["sps"] is None else []), skipped
 
 
 def gpu_name() -> str:

@@ -39,6 +39,16 @@ def test_markdown_keeps_the_rows_when_the_baseline_failed():
     assert any(line.startswith("| abs | 90 | 95 | - |") for line in lines), lines
 
 
+def test_a_row_the_budget_skipped_is_reported_but_is_no_failure():
+    skipped = {"name": "late", "returncode": None, "peak_rss_mb": 0.0, "error": "skipped: the budget was spent"}
+    crashed = {"name": "broken", "returncode": 1, "peak_rss_mb": 1.0, "error": "Traceback ..."}
+    ok = {"name": "fine", "returncode": 0, "sps": 5.0, "steady_sps": 5.0, "peak_rss_mb": 1.0}
+    results = {"groups": {"g": throughput.summarize([[ok], [skipped]])}, "env_only": {"sps": 1.0}}
+    assert throughput.failures(results) == ([], ["late"])
+    results["groups"]["h"] = throughput.summarize([[crashed]])
+    assert throughput.failures(results) == (["broken"], ["late"])
+
+
 def test_steady_sps_is_the_rate_over_the_second_half():
     # 100 steps/s for the first 1000 steps (a slow start, e.g. compilation), then 400 steps/s.
     events = [(s, 0.0, s / 100) for s in range(0, 1001, 100)] + [(1000 + s, 0.0, 10 + s / 400) for s in range(100, 1001, 100)]
