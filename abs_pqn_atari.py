@@ -1,8 +1,15 @@
-# PQN + Adaptive Batch Scaling (ABS) on envpool Atari, single file in the style of CleanRL.
-# Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026).
-# ABS measures Behavioral Divergence (the fraction of greedy actions that change across an update)
-# and maps it on a log scale to the rollout length L: a settling policy gets a larger batch.
-# `--no-adapt --num-steps L` gives the fixed-batch baselines (Small 16, Vanilla 32, Large 64).
+"""PQN + Adaptive Batch Scaling (ABS) on envpool Atari, one file in the style of CleanRL.
+
+Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
+Behavioral Divergence (the fraction of greedy actions that change across an update) and maps it on a log scale
+to the rollout length L: a settling policy gets a larger batch. `--no-adapt --num-steps L` gives the fixed-batch
+baselines (Small 16, Vanilla 32, Large 64); `--network pqn-l|pqn-xl` the wider networks.
+
+    python abs_pqn_atari.py --env-id Breakout-v5 --seed 1     # --help lists every flag
+
+Reading order: Args; the paper's method (the ABS schedule and divergence, then PQN); the run machinery
+(flag checks, checkpoints, evaluation, files); the training loop at the bottom.
+"""
 import copy
 import importlib
 import json
@@ -14,8 +21,9 @@ import signal
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import envpool
 import numpy as np
@@ -25,10 +33,11 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    exp_name: str = SCRIPT
     """the name of this experiment (part of the default run name)"""
     seed: int = 1
     """seed of the experiment (python, numpy, torch, envpool)"""
@@ -130,7 +139,14 @@ class Args:
     """torch.compile the Q-network to act and learn (compiles for a while at start and again when L first changes)"""
 
 
-NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
+class NetworkConfig(NamedTuple):
+    channels: tuple  # the three conv layers' output channels
+    residual_blocks: int  # Multi-Skip blocks in the MLP head (0: one dense layer, as PQN)
+
+
+NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
+            "pqn-l": NetworkConfig(channels=(64, 128, 128), residual_blocks=5),
+            "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
 SCHEDULES = ("log", "linear")
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
@@ -140,7 +156,210 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-# ---------------------------------------------------------------- flag domains (checked before anything is created)
+# ================================================================ the paper's method: the ABS schedule (pure math)
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
+                         schedule: str = "log") -> float:
+    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
+    d = min(max(delta_bar, delta_min), delta_max)
+    if schedule == "log":
+        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
+    else:
+        alpha = (d - delta_min) / (delta_max - delta_min)
+    return L_max - alpha * (L_max - L_min)
+
+
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows."""
+    return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+class ABSScheduler:
+    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
+
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
+        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
+        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
+        self.history = deque(maxlen=window)
+        self.L = float(L_min)
+        self.num_measurements = 0
+
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        return round_half_up(self.L)
+
+    def update(self, delta: float) -> int:
+        self.history.append(delta)
+        self.num_measurements += 1
+        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+            return self.num_steps
+        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
+                                      self.schedule)
+        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
+        return self.num_steps
+
+    def state_dict(self):
+        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
+
+    def load_state_dict(self, state):
+        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+@torch.no_grad()
+def behavioral_divergence(q_new: nn.Module, q_old: nn.Module, states: torch.Tensor) -> float:
+    """delta: the fraction of states whose greedy action differs between the two networks."""
+    return (q_new(states).argmax(dim=1) != q_old(states).argmax(dim=1)).float().mean().item()
+
+
+# ================================================================ PQN: Q(lambda) targets, network, acting, update
+def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lambda):
+    """Q(lambda) targets over a [L, E] rollout, computed backwards.
+
+    next_values[t] = max_a Q(s_{t+1}, a); terminals[t]: transition t ended in a terminal state
+    (no bootstrap); episode_ends[t]: terminal or time-limit end (the lambda trace is cut there, and a
+    time-limit end still bootstraps from its last observation). The rollout's last step cuts the trace.
+    """
+    returns = torch.empty_like(rewards)
+    g = next_values[-1]
+    for t in reversed(range(rewards.shape[0])):
+        trace = 0.0 if t == rewards.shape[0] - 1 else q_lambda * (1.0 - episode_ends[t])
+        g = rewards[t] + gamma * (1.0 - terminals[t]) * (trace * g + (1.0 - trace) * next_values[t])
+        returns[t] = g
+    return returns
+
+
+def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
+    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
+    fraction of environment steps done (iterations vary in length), as in the authors' GNS code."""
+    return learning_rate * max(0.0, 1.0 - global_step / total_timesteps) if anneal else learning_rate
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
+
+
+def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
+    """Nature DQN encoder with LayerNorm after every conv (PQN); 84x84x4 -> c3*7*7."""
+    return nn.Sequential(
+        nn.Conv2d(4, c1, 8, stride=4), nn.LayerNorm([c1, 20, 20]), nn.ReLU(),
+        nn.Conv2d(c1, c2, 4, stride=2), nn.LayerNorm([c2, 9, 9]), nn.ReLU(),
+        nn.Conv2d(c2, c3, 3, stride=1), nn.LayerNorm([c3, 7, 7]), nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+class ResidualBlock(nn.Module):
+    """Multi-Skip block (Lee et al. 2025): relu(h + body(h)) + p, body = Linear-LN-ReLU-Linear-LN and p the
+    global skip (the head's input projection), added after the block's activation as in the authors' code."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(),
+                                  nn.Linear(dim, dim), nn.LayerNorm(dim))
+
+    def forward(self, h, projection):
+        return F.relu(h + self.body(h)) + projection
+
+
+class QNetwork(nn.Module):
+    """pqn: Nature CNN + 512 LN ReLU dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head, whose
+    input projection is Linear + LN without an activation, then the residual blocks, then the output layer."""
+
+    def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
+        super().__init__()
+        config = NETWORKS[network]
+        self.encoder = nature_cnn(*config.channels)
+        activation = [nn.ReLU()] if config.residual_blocks == 0 else []
+        self.projection = nn.Sequential(nn.Linear(config.channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden),
+                                        *activation)
+        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(config.residual_blocks))
+        self.head = nn.Linear(hidden, num_actions)
+        for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):  # x: uint8 [N, 4, 84, 84]
+        h = p = self.projection(self.encoder(x.float() / 255.0))
+        for block in self.blocks:
+            h = block(h, p)
+        return self.head(h)
+
+
+def autocast(device: torch.device, bf16: bool):
+    """bfloat16 autocast on `device` with --bf16, a no-op context without (callers cast outputs back to float32)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+
+
+def select_actions(q_values: torch.Tensor, epsilon: float):
+    """Epsilon-greedy on the device; returns actions and max_a Q."""
+    values, greedy = q_values.max(dim=1)
+    explore = torch.rand(q_values.shape[0], device=q_values.device) < epsilon
+    random_actions = torch.randint(0, q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(explore, random_actions, greedy), values
+
+
+def allocate_storage(L_max, num_envs, obs_shape, device):
+    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations."""
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
+
+    return {"obs": zeros(torch.uint8, obs_shape), "actions": zeros(torch.long), "rewards": zeros(),
+            "values": zeros(), "terminals": zeros(), "ends": zeros(), "valid": zeros()}
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
+               forward=None, bf16=False):
+    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q.
+    `forward` is q_network or its torch.compile wrapper (same weights)."""
+    forward = q_network if forward is None else forward
+    batch = obs.shape[0]
+    mb_size = batch // num_minibatches
+    losses, qs = [], []
+    for _ in range(epochs):
+        perm = torch.randperm(batch, device=obs.device)
+        for start in range(0, batch, mb_size):
+            idx = perm[start : start + mb_size]
+            with autocast(obs.device, bf16):
+                q_all = forward(obs[idx])
+            q = q_all.float().gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+            w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
+            loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
+                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
+                                    f"grad norm {grad_norm.item()})")
+            optimizer.step()
+            losses.append(loss.detach())
+            qs.append(q.detach().mean())
+    return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
+
+
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+    # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
+                        reward_clip=train, max_episode_steps=max_episode_steps)
+
+
+# ================================================================ run machinery (not the algorithm)
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
+# VALIDATION table, its environment check and evaluate(), this section is the same text in the four scripts
+# (a test compares them), so a fix in one is copied to all.
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -243,205 +462,6 @@ def validate_args(args: Args) -> None:
     for _flag, ok, message in VALIDATION:
         if not ok(args):
             raise ValueError(message(args))
-
-
-# ---------------------------------------------------------------- the ABS schedule (pure math)
-def round_half_up(x: float) -> int:
-    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
-    return int(math.floor(x + 0.5))
-
-
-def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
-                         schedule: str = "log") -> float:
-    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
-    d = min(max(delta_bar, delta_min), delta_max)
-    if schedule == "log":
-        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
-    else:
-        alpha = (d - delta_min) / (delta_max - delta_min)
-    return L_max - alpha * (L_max - L_min)
-
-
-def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
-    """Gradient-intensity compensation: updates per transition stay constant as L grows."""
-    return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
-
-
-class ABSScheduler:
-    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
-
-    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
-        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
-        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
-        self.history = deque(maxlen=window)
-        self.L = float(L_min)
-        self.num_measurements = 0
-
-    @property
-    def delta_bar(self) -> float:
-        return float(np.mean(self.history)) if self.history else float("nan")
-
-    @property
-    def num_steps(self) -> int:
-        return round_half_up(self.L)
-
-    def update(self, delta: float) -> int:
-        self.history.append(delta)
-        self.num_measurements += 1
-        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
-            return self.num_steps
-        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
-                                      self.schedule)
-        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
-        return self.num_steps
-
-    def state_dict(self):
-        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
-
-    def load_state_dict(self, state):
-        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
-        self.history = deque(state["history"], maxlen=self.window)
-
-
-@torch.no_grad()
-def behavioral_divergence(q_new: nn.Module, q_old: nn.Module, states: torch.Tensor) -> float:
-    """delta: the fraction of states whose greedy action differs between the two networks."""
-    return (q_new(states).argmax(dim=1) != q_old(states).argmax(dim=1)).float().mean().item()
-
-
-# ---------------------------------------------------------------- PQN
-def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lambda):
-    """Q(lambda) targets over a [L, E] rollout, computed backwards.
-
-    next_values[t] = max_a Q(s_{t+1}, a); terminals[t]: transition t ended in a terminal state
-    (no bootstrap); episode_ends[t]: terminal or time-limit end (the lambda trace is cut there, and a
-    time-limit end still bootstraps from its last observation). The rollout's last step cuts the trace.
-    """
-    returns = torch.empty_like(rewards)
-    g = next_values[-1]
-    for t in reversed(range(rewards.shape[0])):
-        trace = 0.0 if t == rewards.shape[0] - 1 else q_lambda * (1.0 - episode_ends[t])
-        g = rewards[t] + gamma * (1.0 - terminals[t]) * (trace * g + (1.0 - trace) * next_values[t])
-        returns[t] = g
-    return returns
-
-
-def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
-    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
-    fraction of environment steps done (iterations vary in length), as in the authors' GNS code."""
-    return learning_rate * max(0.0, 1.0 - global_step / total_timesteps) if anneal else learning_rate
-
-
-def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
-    return max(end_e, start_e + (end_e - start_e) * t / max(duration, 1.0))
-
-
-def nature_cnn(c1: int, c2: int, c3: int) -> nn.Sequential:
-    """Nature DQN encoder with LayerNorm after every conv (PQN); 84x84x4 -> c3*7*7."""
-    return nn.Sequential(
-        nn.Conv2d(4, c1, 8, stride=4), nn.LayerNorm([c1, 20, 20]), nn.ReLU(),
-        nn.Conv2d(c1, c2, 4, stride=2), nn.LayerNorm([c2, 9, 9]), nn.ReLU(),
-        nn.Conv2d(c2, c3, 3, stride=1), nn.LayerNorm([c3, 7, 7]), nn.ReLU(),
-        nn.Flatten(),
-    )
-
-
-class ResidualBlock(nn.Module):
-    """Multi-Skip block (Lee et al. 2025): relu(h + body(h)) + p, body = Linear-LN-ReLU-Linear-LN and p the
-    global skip (the head's input projection), added after the block's activation as in the authors' code."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.ReLU(),
-                                  nn.Linear(dim, dim), nn.LayerNorm(dim))
-
-    def forward(self, h, projection):
-        return F.relu(h + self.body(h)) + projection
-
-
-class QNetwork(nn.Module):
-    """pqn: Nature CNN + 512 LN ReLU dense layer. pqn-l/-xl: wide CNN + Multi-Skip residual MLP head, whose
-    input projection is Linear + LN without an activation, then the residual blocks, then the output layer."""
-
-    def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
-        super().__init__()
-        channels, num_blocks = NETWORKS[network]
-        self.encoder = nature_cnn(*channels)
-        activation = [nn.ReLU()] if num_blocks == 0 else []
-        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), *activation)
-        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
-        self.head = nn.Linear(hidden, num_actions)
-        for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                nn.init.orthogonal_(m.weight, math.sqrt(2))
-                nn.init.zeros_(m.bias)
-
-    def forward(self, x):  # x: uint8 [N, 4, 84, 84]
-        h = p = self.projection(self.encoder(x.float() / 255.0))
-        for block in self.blocks:
-            h = block(h, p)
-        return self.head(h)
-
-
-def autocast(device: torch.device, bf16: bool):
-    """bfloat16 autocast on `device` with --bf16, a no-op context without (callers cast outputs back to float32)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-
-
-def select_actions(q_values: torch.Tensor, epsilon: float):
-    """Epsilon-greedy on the device; returns actions and max_a Q."""
-    values, greedy = q_values.max(dim=1)
-    explore = torch.rand(q_values.shape[0], device=q_values.device) < epsilon
-    random_actions = torch.randint(0, q_values.shape[1], greedy.shape, device=q_values.device)
-    return torch.where(explore, random_actions, greedy), values
-
-
-def allocate_storage(L_max, num_envs, obs_shape, device):
-    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations."""
-    def zeros(dtype=torch.float32, shape=()):
-        return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
-
-    return {"obs": zeros(torch.uint8, obs_shape), "actions": zeros(torch.long), "rewards": zeros(),
-            "values": zeros(), "terminals": zeros(), "ends": zeros(), "valid": zeros()}
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
-def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
-               forward=None, bf16=False):
-    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q.
-    `forward` is q_network or its torch.compile wrapper (same weights)."""
-    forward = q_network if forward is None else forward
-    batch = obs.shape[0]
-    mb_size = batch // num_minibatches
-    losses, qs = [], []
-    for _ in range(epochs):
-        perm = torch.randperm(batch, device=obs.device)
-        for start in range(0, batch, mb_size):
-            idx = perm[start : start + mb_size]
-            with autocast(obs.device, bf16):
-                q_all = forward(obs[idx])
-            q = q_all.float().gather(1, actions[idx].unsqueeze(1)).squeeze(1)
-            w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
-            loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
-            optimizer.zero_grad()
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
-            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
-                                    f"grad norm {grad_norm.item()})")
-            optimizer.step()
-            losses.append(loss.detach())
-            qs.append(q.detach().mean())
-    return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
-
-
-def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
-    # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
-                        reward_clip=train, max_episode_steps=max_episode_steps)
 
 
 @torch.no_grad()
@@ -556,9 +576,8 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    script = os.path.basename(__file__)[: -len(".py")]
-    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
     return checkpoint
 
 
@@ -597,117 +616,191 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     return args, checkpoint
 
 
-if __name__ == "__main__":
-    args, checkpoint = parse_args()
+def start_run(args, checkpoint):
+    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
     run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+
+def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
+    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
+    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
+    if checkpoint is None:
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    return writer
+
+
+def catch_stop_signals(unit: str) -> list:
+    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
+    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop_signal
+
+
+def release_stop_signals():
+    """After training (checkpointed), a signal during evaluation simply ends the process."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def timed(perf: dict, phase: str):
+    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags)."""
+    start = time.perf_counter()
+    yield
+    perf[phase] += time.perf_counter() - start
+
+
+def crossed(every: int, before: int, after: int) -> bool:
+    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
+    return every > 0 and after // every > before // every
+
+
+def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
+    """One event per tag; with perf, also every phase's cumulative seconds and, on a GPU, the peak memory (logged
+    together so that a run stopped by a signal reports them too)."""
+    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
+    if perf is not None and device.type == "cuda":
+        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
+
+
+def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
+    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
+    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
+            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
+
+
+def checkpoint_state(args, device, **state) -> dict:
+    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
+    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
+
+
+def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
+    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
+    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
+    save_checkpoint(path)
+    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
+    writer.close()
+    sys.exit(code)
+
+
+def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
+    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({summary['capped']} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    run_dir, device = start_run(args, checkpoint)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
-    num_actions = envs.action_space.n
-    q_network = QNetwork(num_actions, args.network).to(device)
+    q_network = QNetwork(envs.action_space.n, args.network).to(device)
     optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
     snapshot = copy.deepcopy(q_network)  # theta: the weights before the measured iteration
     # Acting and learning go through q_forward; checkpoints and the divergence use the plain float32 module.
     q_forward = torch.compile(q_network) if args.compile else q_network
     E = args.num_envs
+    # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps: the scheduler still records
+    # the divergence (for --track-divergence) but has no room to move L.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.divergence_low,
                              args.divergence_high, args.schedule)
-
-    storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
-    obs_buf, actions_buf, rewards_buf, values_buf = (
-        storage["obs"], storage["actions"], storage["rewards"], storage["values"])
-    terminals_buf, ends_buf, valid_buf = storage["terminals"], storage["ends"], storage["valid"]
-    storage_bytes = sum(b.numel() * b.element_size() for b in storage.values())
+    buf = allocate_storage(L_max, E, envs.observation_space.shape, device)  # buf[name][t]: step t of the rollout
+    storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
 
     global_step, iteration, train_seconds = 0, 0, 0.0
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         global_step, iteration, train_seconds = (
             checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
+        perf.update(checkpoint.get("perf", {}))
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
-    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer = open_writer(run_dir, args, checkpoint, global_step)
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
     def save_checkpoint(path=checkpoint_path):
-        atomic_torch_save(path, {
-            "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
-            "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device), "args": vars(args),
-            "run_name": args.run_name, "algo": os.path.basename(__file__)[: -len(".py")]})
+        atomic_torch_save(path, checkpoint_state(
+            args, device, q_network=q_network.state_dict(), optimizer=optimizer.state_dict(),
+            scheduler=scheduler.state_dict(), global_step=global_step, iteration=iteration,
+            train_seconds=train_seconds, perf=dict(perf)))
 
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:  # a second signal: stop now
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+    stop_signal = catch_stop_signals("iteration")
     next_obs = torch.from_numpy(envs.reset()[0]).to(device)
     prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
-    ep_return = np.zeros(E)
-    recent_returns = deque(maxlen=20)
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
-    if checkpoint is not None:
-        perf.update(checkpoint.get("perf", {}))
+    ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
     start_time, start_step, last_print = time.time(), global_step, 0.0
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
+        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
         learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
-        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
         measure = measuring and iteration % args.adapt_freq == 0
         if measure:
             snapshot.load_state_dict(q_network.state_dict())
         for step in range(L):
-            t0 = time.perf_counter()
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                      global_step)
-            obs_buf[step] = next_obs
-            valid_buf[step] = 1.0 - prev_end
-            with torch.no_grad(), autocast(device, args.bf16):
-                q_values = q_forward(next_obs).float()
-            action, values_buf[step] = select_actions(q_values, epsilon)
-            actions_buf[step] = action
-            action_np = action.cpu().numpy()
-            t1 = time.perf_counter()
-            obs, reward, term, trunc, info = envs.step(action_np)
-            t2 = time.perf_counter()
+            with timed(perf, "inference"):
+                epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                          global_step)
+                buf["obs"][step] = next_obs
+                buf["valid"][step] = 1.0 - prev_end
+                with torch.no_grad(), autocast(device, args.bf16):
+                    q_values = q_forward(next_obs).float()
+                action, buf["values"][step] = select_actions(q_values, epsilon)
+                buf["actions"][step] = action
+                action_np = action.cpu().numpy()
+            with timed(perf, "env"):
+                obs, reward, term, trunc, info = envs.step(action_np)
             next_obs = torch.from_numpy(obs).to(device)
-            rewards_buf[step] = torch.from_numpy(reward).to(device)
-            terminals_buf[step] = torch.from_numpy(term).to(device)
-            ends_buf[step] = torch.from_numpy(term | trunc).to(device)
-            prev_end = ends_buf[step].clone()
+            buf["rewards"][step] = torch.from_numpy(reward).to(device)
+            buf["terminals"][step] = torch.from_numpy(term).to(device)
+            buf["ends"][step] = torch.from_numpy(term | trunc).to(device)
+            prev_end = buf["ends"][step].clone()
             global_step += E
             # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
             ep_return += info["reward"]
@@ -716,83 +809,60 @@ if __name__ == "__main__":
                 log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
                 recent_returns.extend(ep_return[game_over].tolist())
                 ep_return[game_over] = 0.0
-            perf["inference"] += t1 - t0
-            perf["env"] += t2 - t1
 
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            with autocast(device, args.bf16):
-                last_value = q_forward(next_obs).float().max(dim=1).values
-            next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
-            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma,
-                                       args.q_lambda)
-        b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
-        try:
-            td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
-                                         valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm,
-                                         q_forward, args.bf16)
-        except NonFiniteLoss as e:
-            failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
-            train_seconds += time.time() - start_time  # up to now, like the perf sums
-            save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
-            print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
-                  "Start again with a lower --learning-rate.", file=sys.stderr)
-            writer.close()
-            sys.exit(3)
-        perf["update"] += time.perf_counter() - t0
+        with timed(perf, "update"):
+            with torch.no_grad():
+                with autocast(device, args.bf16):
+                    last_value = q_forward(next_obs).float().max(dim=1).values
+                next_values = torch.cat([buf["values"][1:L], last_value.unsqueeze(0)])
+                returns = q_lambda_returns(buf["rewards"][:L], next_values, buf["terminals"][:L], buf["ends"][:L],
+                                           args.gamma, args.q_lambda)
+            b_obs = buf["obs"][:L].reshape((L * E,) + buf["obs"].shape[2:])
+            try:
+                td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, buf["actions"][:L].reshape(-1),
+                                             returns.reshape(-1), buf["valid"][:L].reshape(-1), epochs,
+                                             args.num_minibatches, args.max_grad_norm, q_forward, args.bf16)
+            except NonFiniteLoss as e:
+                train_seconds += time.time() - start_time  # up to now, like the perf sums
+                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
+                save_and_exit(save_checkpoint, writer, failed_path, 3,
+                              f"error: {e} at global_step {global_step}; state before that step saved to "
+                              f"{failed_path}. Start again with a lower --learning-rate.")
 
         if measure:
-            t0 = time.perf_counter()
-            ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
-            delta = behavioral_divergence(q_network, snapshot, b_obs[ref])
-            scheduler.update(delta)  # with --no-adapt L_min = L_max: delta is recorded, the batch stays
-            perf["adapt"] += time.perf_counter() - t0
+            with timed(perf, "adapt"):
+                ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
+                delta = behavioral_divergence(q_network, snapshot, b_obs[ref])
+                scheduler.update(delta)
             new_L = scheduler.num_steps
-            writer.add_scalar("adapt/divergence", delta, global_step)
-            writer.add_scalar("adapt/divergence_mean", scheduler.delta_bar, global_step)
-            writer.add_scalar("adapt/num_steps", new_L, global_step)
-            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
-            writer.add_scalar("adapt/update_epochs",
-                              update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps), global_step)
+            log_scalars(writer, global_step, {
+                "adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar, "adapt/num_steps": new_L,
+                "adapt/batch_size": new_L * E,
+                "adapt/update_epochs": update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps)})
         iteration += 1
 
         now = time.time()
-        train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("charts/learning_rate", learning_rate, global_step)
-        writer.add_scalar("losses/td_loss", td_loss, global_step)
-        writer.add_scalar("losses/q_values", mean_q, global_step)
-        for phase, seconds in perf.items():
-            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
-        if device.type == "cuda":  # with the phase sums, so a run stopped by a signal reports its peak too
-            writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+        log_scalars(writer, global_step, {
+            "charts/SPS": sps, "charts/epsilon": epsilon, "charts/learning_rate": learning_rate,
+            "losses/td_loss": td_loss, "losses/q_values": mean_q}, perf, device)
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
-            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
-            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
-                  f"| delta_bar {scheduler.delta_bar:.3f} | eps {epsilon:.3f} | return {ret} "
-                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
+            print(progress_line(global_step, args.total_timesteps, sps, f"L {scheduler.num_steps} | delta_bar "
+                                f"{scheduler.delta_bar:.3f} | eps {epsilon:.3f}", recent_returns), flush=True)
 
-        crossed = (args.checkpoint_every
-                   and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every)
-        stop = bool(stop_signal)
-        if crossed or stop or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds_now, now, global_step
+        if stop_signal:
+            train_seconds += now - start_time
+            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
+                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                          f"resume with --resume {checkpoint_path}")
+        if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
+            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
             save_checkpoint()
-        if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                  f"resume with --resume {checkpoint_path}")
-            writer.close()
-            sys.exit(128 + stop_signal[0])
     envs.close()
     train_seconds += time.time() - start_time
 
-    # Training is checkpointed; a signal during evaluation simply ends the process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    release_stop_signals()
     if args.save_model:
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
     returns, lengths, capped = ([], [], 0)
@@ -802,16 +872,4 @@ if __name__ == "__main__":
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
-    summary = summarize_eval(returns, lengths, capped)
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({capped} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
-        "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        wandb.finish()
+    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))

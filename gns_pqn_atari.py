@@ -1,9 +1,16 @@
-# PQN + the Gradient Noise Scale (GNS) batch schedule on envpool Atari, single file in the style of CleanRL.
-# The prior-art baseline of "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling"
-# (Park, ICML 2026): abs_pqn_atari.py with only the batch-size controller replaced. GNS (McCandlish et al.
-# 2018) estimates the simple noise scale B_simple = tr(S) / |G|^2 from micro-batch gradients of the
-# current batch and sets the rollout length L = B_simple / E: a noisier gradient gets a larger batch.
-# `--no-adapt --num-steps L` gives the fixed-batch baselines (Small 16, Vanilla 32, Large 64).
+"""PQN + the Gradient Noise Scale (GNS) batch schedule on envpool Atari, one file in the style of CleanRL.
+
+The prior-art baseline of "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML
+2026): abs_pqn_atari.py with only the batch-size controller replaced. GNS (McCandlish et al. 2018) estimates the
+simple noise scale B_simple = tr(S) / |G|^2 from micro-batch gradients of the current batch and sets the rollout
+length L = B_simple / E: a noisier gradient gets a larger batch. `--no-adapt --num-steps L` gives the fixed-batch
+baselines (Small 16, Vanilla 32, Large 64).
+
+    python gns_pqn_atari.py --env-id Breakout-v5 --seed 1     # --help lists every flag
+
+Reading order: Args; the GNS schedule, then PQN; the run machinery (flag checks, checkpoints, evaluation,
+files); the training loop at the bottom.
+"""
 import importlib
 import json
 import math
@@ -14,8 +21,9 @@ import signal
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import envpool
 import numpy as np
@@ -25,10 +33,11 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    exp_name: str = SCRIPT
     """the name of this experiment (part of the default run name)"""
     seed: int = 1
     """seed of the experiment (python, numpy, torch, envpool)"""
@@ -126,9 +135,16 @@ class Args:
     """torch.compile the Q-network to act and learn (compiles for a while at start and again when L first changes)"""
 
 
+class NetworkConfig(NamedTuple):
+    channels: tuple  # the three conv layers' output channels
+    residual_blocks: int  # Multi-Skip blocks in the MLP head (0: one dense layer, as PQN)
+
+
+NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
+            "pqn-l": NetworkConfig(channels=(64, 128, 128), residual_blocks=5),
+            "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
 GNS_TIMINGS = ("before", "after")
 GNS_MICRO_BATCHINGS = ("shuffled", "contiguous")
-NETWORKS = {"pqn": ((32, 64, 64), 0), "pqn-l": ((64, 128, 128), 5), "pqn-xl": ((64, 128, 128), 10)}
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
@@ -137,116 +153,7 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-# ---------------------------------------------------------------- flag domains (checked before anything is created)
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def rule(name: str, ok, domain: str):
-    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
-    return (flag_of(name), lambda a: ok(getattr(a, name)),
-            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
-
-
-def at_least(lo, *names):
-    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
-
-
-def positive(*names):
-    return [rule(n, lambda v: v > 0, "> 0") for n in names]
-
-
-def probability(*names):
-    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
-
-
-def discount(*names):
-    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
-
-
-def one_of(name: str, choices):
-    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def seed_rule(name: str = "seed"):
-    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
-    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
-
-
-def run_name_rule():
-    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
-                "a single path component (no '/', not '.' or '..')")
-
-
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def track_rule():
-    return ("--track", lambda a: not a.track or importable("wandb"),
-            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
-
-
-def is_atari(env_id: str) -> bool:
-    try:
-        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
-    except Exception:
-        return False
-
-
-def has_cxx() -> bool:
-    return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
-
-
-# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
-# One-flag rows come first so that the rows relating several flags may divide by them.
-VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("network", NETWORKS), one_of("gns_timing", GNS_TIMINGS),
-    one_of("gns_micro_batching", GNS_MICRO_BATCHINGS),
-    ("--env-id", lambda a: is_atari(a.env_id),
-     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
-    *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
-              "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs", "eval_max_episode_steps"),
-    rule("gns_micro_batches", lambda v: v >= 2, ">= 2 (tr(S) is a spread of micro-batch gradients)"),
-    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes"),
-    *positive("learning_rate", "max_grad_norm"),
-    *discount("gamma"),
-    *probability("q_lambda", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
-    ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
-     lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
-    ("--gns-start-steps", lambda a: a.gns_start_steps == 0 or a.num_steps_min <= a.gns_start_steps <= a.num_steps_max,
-     lambda a: f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
-               f"= [{a.num_steps_min}, {a.num_steps_max}], got {a.gns_start_steps}"),
-    # Every L the run may use must split into equal minibatches.
-    ("--num-minibatches", lambda a: not a.adapt or a.num_envs % a.num_minibatches == 0,
-     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --num-minibatches ({a.num_minibatches}) "
-               "so that every L in [L_min, L_max] splits evenly"),
-    ("--gns-micro-batches", lambda a: not a.adapt or a.num_envs % a.gns_micro_batches == 0,
-     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --gns-micro-batches ({a.gns_micro_batches}) "
-               "so that every L in [L_min, L_max] splits evenly"),
-    ("--num-minibatches", lambda a: a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0,
-     lambda a: f"the batch --num-envs x --num-steps ({a.num_envs * a.num_steps}) must be divisible by "
-               f"--num-minibatches ({a.num_minibatches})"),
-    ("--compile", lambda a: not a.compile or has_cxx(),
-     lambda a: "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"),
-]
-
-
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for _flag, ok, message in VALIDATION:
-        if not ok(args):
-            raise ValueError(message(args))
-
-
-# ---------------------------------------------------------------- the GNS schedule
+# ================================================================ the GNS schedule
 def round_half_up(x: float) -> int:
     """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
     return int(math.floor(x + 0.5))
@@ -375,7 +282,7 @@ class GNSScheduler:
         self.num_estimates, self.num_undefined = int(state["num_estimates"]), int(state["num_undefined"])
 
 
-# ---------------------------------------------------------------- PQN
+# ================================================================ PQN: Q(lambda) targets, network, acting, update
 def q_lambda_returns(rewards, next_values, terminals, episode_ends, gamma, q_lambda):
     """Q(lambda) targets over a [L, E] rollout, computed backwards.
 
@@ -431,11 +338,12 @@ class QNetwork(nn.Module):
 
     def __init__(self, num_actions: int, network: str = "pqn", hidden: int = 512):
         super().__init__()
-        channels, num_blocks = NETWORKS[network]
-        self.encoder = nature_cnn(*channels)
-        activation = [nn.ReLU()] if num_blocks == 0 else []
-        self.projection = nn.Sequential(nn.Linear(channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden), *activation)
-        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(num_blocks))
+        config = NETWORKS[network]
+        self.encoder = nature_cnn(*config.channels)
+        activation = [nn.ReLU()] if config.residual_blocks == 0 else []
+        self.projection = nn.Sequential(nn.Linear(config.channels[2] * 7 * 7, hidden), nn.LayerNorm(hidden),
+                                        *activation)
+        self.blocks = nn.ModuleList(ResidualBlock(hidden) for _ in range(config.residual_blocks))
         self.head = nn.Linear(hidden, num_actions)
         for m in self.modules():  # CleanRL's PQN initialisation: orthogonal with gain sqrt(2), zero bias
             if isinstance(m, (nn.Conv2d, nn.Linear)):
@@ -508,6 +416,118 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
     # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
                         reward_clip=train, max_episode_steps=max_episode_steps)
+
+
+# ================================================================ run machinery (not the algorithm)
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
+# VALIDATION table, its environment check and evaluate(), this section is the same text in the four scripts
+# (a test compares them), so a fix in one is copied to all.
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def rule(name: str, ok, domain: str):
+    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
+    return (flag_of(name), lambda a: ok(getattr(a, name)),
+            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
+
+
+def at_least(lo, *names):
+    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
+
+
+def positive(*names):
+    return [rule(n, lambda v: v > 0, "> 0") for n in names]
+
+
+def probability(*names):
+    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
+
+
+def discount(*names):
+    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
+
+
+def one_of(name: str, choices):
+    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def seed_rule(name: str = "seed"):
+    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
+    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
+
+
+def run_name_rule():
+    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
+                "a single path component (no '/', not '.' or '..')")
+
+
+def importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+        return True
+    except Exception:
+        return False
+
+
+def track_rule():
+    return ("--track", lambda a: not a.track or importable("wandb"),
+            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
+
+
+def is_atari(env_id: str) -> bool:
+    try:
+        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        return False
+
+
+def has_cxx() -> bool:
+    return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
+
+
+# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
+# One-flag rows come first so that the rows relating several flags may divide by them.
+VALIDATION = [
+    seed_rule(), run_name_rule(), track_rule(), one_of("network", NETWORKS), one_of("gns_timing", GNS_TIMINGS),
+    one_of("gns_micro_batching", GNS_MICRO_BATCHINGS),
+    ("--env-id", lambda a: is_atari(a.env_id),
+     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
+    *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
+              "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs", "eval_max_episode_steps"),
+    rule("gns_micro_batches", lambda v: v >= 2, ">= 2 (tr(S) is a spread of micro-batch gradients)"),
+    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes"),
+    *positive("learning_rate", "max_grad_norm"),
+    *discount("gamma"),
+    *probability("q_lambda", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
+    ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
+     lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
+    ("--gns-start-steps", lambda a: a.gns_start_steps == 0 or a.num_steps_min <= a.gns_start_steps <= a.num_steps_max,
+     lambda a: f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
+               f"= [{a.num_steps_min}, {a.num_steps_max}], got {a.gns_start_steps}"),
+    # Every L the run may use must split into equal minibatches.
+    ("--num-minibatches", lambda a: not a.adapt or a.num_envs % a.num_minibatches == 0,
+     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --num-minibatches ({a.num_minibatches}) "
+               "so that every L in [L_min, L_max] splits evenly"),
+    ("--gns-micro-batches", lambda a: not a.adapt or a.num_envs % a.gns_micro_batches == 0,
+     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --gns-micro-batches ({a.gns_micro_batches}) "
+               "so that every L in [L_min, L_max] splits evenly"),
+    ("--num-minibatches", lambda a: a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0,
+     lambda a: f"the batch --num-envs x --num-steps ({a.num_envs * a.num_steps}) must be divisible by "
+               f"--num-minibatches ({a.num_minibatches})"),
+    ("--compile", lambda a: not a.compile or has_cxx(),
+     lambda a: "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"),
+]
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
+    for _flag, ok, message in VALIDATION:
+        if not ok(args):
+            raise ValueError(message(args))
 
 
 @torch.no_grad()
@@ -622,9 +642,8 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    script = os.path.basename(__file__)[: -len(".py")]
-    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
     return checkpoint
 
 
@@ -663,112 +682,185 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     return args, checkpoint
 
 
-if __name__ == "__main__":
-    args, checkpoint = parse_args()
+def start_run(args, checkpoint):
+    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
     run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+
+def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
+    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
+    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
+    if checkpoint is None:
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    return writer
+
+
+def catch_stop_signals(unit: str) -> list:
+    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
+    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop_signal
+
+
+def release_stop_signals():
+    """After training (checkpointed), a signal during evaluation simply ends the process."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def timed(perf: dict, phase: str):
+    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags)."""
+    start = time.perf_counter()
+    yield
+    perf[phase] += time.perf_counter() - start
+
+
+def crossed(every: int, before: int, after: int) -> bool:
+    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
+    return every > 0 and after // every > before // every
+
+
+def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
+    """One event per tag; with perf, also every phase's cumulative seconds and, on a GPU, the peak memory (logged
+    together so that a run stopped by a signal reports them too)."""
+    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
+    if perf is not None and device.type == "cuda":
+        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
+
+
+def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
+    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
+    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
+            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
+
+
+def checkpoint_state(args, device, **state) -> dict:
+    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
+    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
+
+
+def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
+    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
+    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
+    save_checkpoint(path)
+    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
+    writer.close()
+    sys.exit(code)
+
+
+def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
+    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({summary['capped']} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    run_dir, device = start_run(args, checkpoint)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
-    num_actions = envs.action_space.n
-    q_network = QNetwork(num_actions, args.network).to(device)
+    q_network = QNetwork(envs.action_space.n, args.network).to(device)
     optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
     # Acting and learning go through q_forward; checkpoints and the GNS estimate use the plain float32 module.
     q_forward = torch.compile(q_network) if args.compile else q_network
     E = args.num_envs
+    # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps and no estimates.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = GNSScheduler(L_min, L_max, E, args.gns_start_steps if args.adapt and args.gns_start_steps else None)
-
-    storage = allocate_storage(L_max, E, envs.observation_space.shape, device)
-    obs_buf, actions_buf, rewards_buf, values_buf = (
-        storage["obs"], storage["actions"], storage["rewards"], storage["values"])
-    terminals_buf, ends_buf, valid_buf = storage["terminals"], storage["ends"], storage["valid"]
-    storage_bytes = sum(b.numel() * b.element_size() for b in storage.values())
+    buf = allocate_storage(L_max, E, envs.observation_space.shape, device)  # buf[name][t]: step t of the rollout
+    storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
 
     global_step, iteration, train_seconds = 0, 0, 0.0
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         global_step, iteration, train_seconds = (
             checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
+        perf.update(checkpoint.get("perf", {}))
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
-    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer = open_writer(run_dir, args, checkpoint, global_step)
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
     def save_checkpoint(path=checkpoint_path):
-        atomic_torch_save(path, {
-            "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration,
-            "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device), "args": vars(args),
-            "run_name": args.run_name, "algo": os.path.basename(__file__)[: -len(".py")]})
+        atomic_torch_save(path, checkpoint_state(
+            args, device, q_network=q_network.state_dict(), optimizer=optimizer.state_dict(),
+            scheduler=scheduler.state_dict(), global_step=global_step, iteration=iteration,
+            train_seconds=train_seconds, perf=dict(perf)))
 
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:  # a second signal: stop now
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+    stop_signal = catch_stop_signals("iteration")
     next_obs = torch.from_numpy(envs.reset()[0]).to(device)
     prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
-    ep_return = np.zeros(E)
-    recent_returns = deque(maxlen=20)
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
-    if checkpoint is not None:
-        perf.update(checkpoint.get("perf", {}))
+    ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
     start_time, start_step, last_print = time.time(), global_step, 0.0
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
+        epochs = gns_update_epochs(L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs)
         learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
-        epochs = gns_update_epochs(L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs)
         measure = args.adapt and gns_estimates_in(iteration, args.gns_freq, args.gns_timing)
         for step in range(L):
-            t0 = time.perf_counter()
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                      global_step)
-            obs_buf[step] = next_obs
-            valid_buf[step] = 1.0 - prev_end
-            with torch.no_grad(), autocast(device, args.bf16):
-                q_values = q_forward(next_obs).float()
-            action, values_buf[step] = select_actions(q_values, epsilon)
-            actions_buf[step] = action
-            action_np = action.cpu().numpy()
-            t1 = time.perf_counter()
-            obs, reward, term, trunc, info = envs.step(action_np)
-            t2 = time.perf_counter()
+            with timed(perf, "inference"):
+                epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                          global_step)
+                buf["obs"][step] = next_obs
+                buf["valid"][step] = 1.0 - prev_end
+                with torch.no_grad(), autocast(device, args.bf16):
+                    q_values = q_forward(next_obs).float()
+                action, buf["values"][step] = select_actions(q_values, epsilon)
+                buf["actions"][step] = action
+                action_np = action.cpu().numpy()
+            with timed(perf, "env"):
+                obs, reward, term, trunc, info = envs.step(action_np)
             next_obs = torch.from_numpy(obs).to(device)
-            rewards_buf[step] = torch.from_numpy(reward).to(device)
-            terminals_buf[step] = torch.from_numpy(term).to(device)
-            ends_buf[step] = torch.from_numpy(term | trunc).to(device)
-            prev_end = ends_buf[step].clone()
+            buf["rewards"][step] = torch.from_numpy(reward).to(device)
+            buf["terminals"][step] = torch.from_numpy(term).to(device)
+            buf["ends"][step] = torch.from_numpy(term | trunc).to(device)
+            prev_end = buf["ends"][step].clone()
             global_step += E
             # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
             ep_return += info["reward"]
@@ -777,86 +869,61 @@ if __name__ == "__main__":
                 log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
                 recent_returns.extend(ep_return[game_over].tolist())
                 ep_return[game_over] = 0.0
-            perf["inference"] += t1 - t0
-            perf["env"] += t2 - t1
 
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            with autocast(device, args.bf16):
-                last_value = q_forward(next_obs).float().max(dim=1).values
-            next_values = torch.cat([values_buf[1:L], last_value.unsqueeze(0)])
-            returns = q_lambda_returns(rewards_buf[:L], next_values, terminals_buf[:L], ends_buf[:L], args.gamma,
-                                       args.q_lambda)
-        b_obs = obs_buf[:L].reshape((L * E,) + obs_buf.shape[2:])
-        perf["update"] += time.perf_counter() - t0
+        with timed(perf, "update"):
+            with torch.no_grad():
+                with autocast(device, args.bf16):
+                    last_value = q_forward(next_obs).float().max(dim=1).values
+                next_values = torch.cat([buf["values"][1:L], last_value.unsqueeze(0)])
+                returns = q_lambda_returns(buf["rewards"][:L], next_values, buf["terminals"][:L], buf["ends"][:L],
+                                           args.gamma, args.q_lambda)
+            b_obs = buf["obs"][:L].reshape((L * E,) + buf["obs"].shape[2:])
+            try:
+                td_loss, mean_q, estimate, gns_seconds = learn_with_gns(
+                    q_network, optimizer, b_obs, buf["actions"][:L].reshape(-1), returns.reshape(-1),
+                    buf["valid"][:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward,
+                    args.bf16, measure, args.gns_timing, args.gns_micro_batches, args.gns_micro_batching)
+            except NonFiniteLoss as e:
+                train_seconds += time.time() - start_time  # up to now, like the perf sums
+                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
+                save_and_exit(save_checkpoint, writer, failed_path, 3,
+                              f"error: {e} at global_step {global_step}; state before that step saved to "
+                              f"{failed_path}. Start again with a lower --learning-rate.")
 
-        t0 = time.perf_counter()
-        try:
-            td_loss, mean_q, estimate, gns_seconds = learn_with_gns(
-                q_network, optimizer, b_obs, actions_buf[:L].reshape(-1), returns.reshape(-1),
-                valid_buf[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward, args.bf16,
-                measure, args.gns_timing, args.gns_micro_batches, args.gns_micro_batching)
-        except NonFiniteLoss as e:
-            failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
-            train_seconds += time.time() - start_time  # up to now, like the perf sums
-            save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
-            print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
-                  "Start again with a lower --learning-rate.", file=sys.stderr)
-            writer.close()
-            sys.exit(3)
-        perf["update"] += time.perf_counter() - t0 - gns_seconds
+        perf["update"] -= gns_seconds  # the estimate ran inside learn_with_gns; its time counts as adapt
         if estimate is not None:
             tr_S, G2, b_simple = estimate
             new_L = scheduler.update(tr_S, G2)
             perf["adapt"] += gns_seconds  # this estimate alone in adapt/gns_seconds; perf/adapt_seconds sums them
-            writer.add_scalar("adapt/gns", b_simple, global_step)
-            writer.add_scalar("adapt/gns_noise", tr_S, global_step)
-            writer.add_scalar("adapt/gns_signal", G2, global_step)
-            writer.add_scalar("adapt/num_steps", new_L, global_step)
-            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
-            writer.add_scalar("adapt/update_epochs", gns_update_epochs(new_L, args.update_epochs, args.epochs_ref_steps,
-                                                                       args.gns_fixed_epochs), global_step)
-            writer.add_scalar("adapt/gns_seconds", gns_seconds, global_step)
-            writer.add_scalar("adapt/gns_undefined", scheduler.num_undefined, global_step)
+            log_scalars(writer, global_step, {
+                "adapt/gns": b_simple, "adapt/gns_noise": tr_S, "adapt/gns_signal": G2, "adapt/num_steps": new_L,
+                "adapt/batch_size": new_L * E, "adapt/update_epochs": gns_update_epochs(
+                    new_L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs),
+                "adapt/gns_seconds": gns_seconds, "adapt/gns_undefined": scheduler.num_undefined})
         iteration += 1
 
         now = time.time()
-        train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("charts/learning_rate", learning_rate, global_step)
-        writer.add_scalar("losses/td_loss", td_loss, global_step)
-        writer.add_scalar("losses/q_values", mean_q, global_step)
-        for phase, seconds in perf.items():
-            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
-        if device.type == "cuda":  # with the phase sums, so a run stopped by a signal reports its peak too
-            writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+        log_scalars(writer, global_step, {
+            "charts/SPS": sps, "charts/epsilon": epsilon, "charts/learning_rate": learning_rate,
+            "losses/td_loss": td_loss, "losses/q_values": mean_q}, perf, device)
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
-            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
-            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {scheduler.num_steps} "
-                  f"| B_simple {scheduler.b_simple:.0f} | eps {epsilon:.3f} | return {ret} "
-                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
+            print(progress_line(global_step, args.total_timesteps, sps, f"L {scheduler.num_steps} | B_simple "
+                                f"{scheduler.b_simple:.0f} | eps {epsilon:.3f}", recent_returns), flush=True)
 
-        crossed = (args.checkpoint_every
-                   and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every)
-        stop = bool(stop_signal)
-        if crossed or stop or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds_now, now, global_step
+        if stop_signal:
+            train_seconds += now - start_time
+            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
+                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                          f"resume with --resume {checkpoint_path}")
+        if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
+            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
             save_checkpoint()
-        if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                  f"resume with --resume {checkpoint_path}")
-            writer.close()
-            sys.exit(128 + stop_signal[0])
     envs.close()
     train_seconds += time.time() - start_time
 
-    # Training is checkpointed; a signal during evaluation simply ends the process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    release_stop_signals()
     if args.save_model:
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
     returns, lengths, capped = ([], [], 0)
@@ -866,16 +933,4 @@ if __name__ == "__main__":
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
-    summary = summarize_eval(returns, lengths, capped)
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({capped} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
-        "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        wandb.finish()
+    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
