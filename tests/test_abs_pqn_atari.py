@@ -774,18 +774,24 @@ def test_checkpoint_of_an_earlier_version_is_refused_with_a_clear_line(tmp_path)
 
 SHARED = ("flag_of", "rule", "at_least", "positive", "probability", "discount", "one_of", "seed_rule", "run_name_rule",
           "importable", "track_rule", "validate_args", "rng_state", "set_rng_state", "flags_given", "load_checkpoint",
-          "parse_args")
+          "parse_args",
+          # the rest of the run machinery: run directory, event file, signals, timing, checkpoints, results
+          "summarize_eval", "log_finished_games", "atomic_write_json", "atomic_torch_save", "start_run", "open_writer",
+          "catch_stop_signals", "release_stop_signals", "timed", "crossed", "log_scalars", "progress_line",
+          "checkpoint_state", "save_and_exit", "finish_run")
 
 
 @pytest.mark.parametrize("other", ["gns_pqn_atari.py", "abs_ppo_mujoco.py", "abs_btr.py"])
 def test_validation_resume_and_checkpoint_code_is_the_same_in_every_script(other):
     def functions(name):
         source = open(os.path.join(ROOT, name)).read()
-        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
-                if isinstance(n, ast.FunctionDef) and n.name in SHARED}
+        return {n.name: (ast.get_source_segment(source, n), [ast.unparse(d) for d in n.decorator_list])
+                for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in SHARED}
 
     mine, theirs = functions("abs_pqn_atari.py"), functions(other)
-    assert set(mine) == set(SHARED) and mine == theirs
+    assert set(mine) == set(SHARED)
+    for name in SHARED:  # one at a time, so that a failure names the function that drifted
+        assert theirs.get(name) == mine[name], name
 
 
 def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
@@ -797,3 +803,16 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
     pqn.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True)["rng"], device)
     assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == expected
+
+
+def test_run_machinery_helpers():
+    # crossed: a multiple of `every` in (before, after]; 0 never checkpoints between the end and signals.
+    assert pqn.crossed(500, 0, 512) and pqn.crossed(500, 512, 1024) and pqn.crossed(500, 999, 1000)
+    assert not pqn.crossed(500, 1000, 1499) and not pqn.crossed(500, 1024, 1100) and not pqn.crossed(0, 0, 10**9)
+    perf = {"env": 1.0}
+    with pqn.timed(perf, "env"):
+        time.sleep(0.02)
+    assert 1.02 <= perf["env"] < 1.5
+    line = pqn.progress_line(1024, 4096, 512, "L 16 | eps 0.500", [1.0, 2.0])
+    assert line == "step 1024/4096 | SPS 512 | L 16 | eps 0.500 | return 1.5 | ETA 0:00:06"
+    assert pqn.progress_line(0, 10, 0, "x", []).endswith("| x | return n/a | ETA 0:00:10")
