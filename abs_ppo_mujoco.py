@@ -219,39 +219,7 @@ def behavioral_divergence(agent_new: nn.Module, agent_old: nn.Module, states: to
     return gaussian_kl(*agent_new.policy(states), *agent_old.policy(states)).mean().item()
 
 
-# ================================================================ PPO: environments, agent, GAE, update
-def find_wrapper(env, cls):
-    while not isinstance(env, cls):
-        env = env.env
-    return env
-
-
-def make_env(env_id, gamma, train=True):
-    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
-    env = gym.make(env_id)
-    env = gym.wrappers.FlattenObservation(env)
-    env = gym.wrappers.RecordEpisodeStatistics(env)
-    env = gym.wrappers.ClipAction(env)
-    env = gym.wrappers.NormalizeObservation(env)
-    env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
-    if train:
-        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
-        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
-    return env
-
-
-def make_envs(env_id, num_envs, gamma):
-    """Same-step autoreset (CleanRL's semantics); all envs share one set of normalisation statistics."""
-    envs = gym.vector.SyncVectorEnv([lambda: make_env(env_id, gamma) for _ in range(num_envs)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    obs_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms
-    return_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms
-    for env in envs.envs[1:]:
-        find_wrapper(env, gym.wrappers.NormalizeObservation).obs_rms = obs_rms
-        find_wrapper(env, gym.wrappers.NormalizeReward).return_rms = return_rms
-    return envs
-
-
+# ================================================================ PPO: agent, GAE, update, environments
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -355,6 +323,38 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
     return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
             "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
             "clipfrac": torch.stack(clipfracs).mean().item()}
+
+
+def find_wrapper(env, cls):
+    while not isinstance(env, cls):
+        env = env.env
+    return env
+
+
+def make_env(env_id, gamma, train=True):
+    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
+    env = gym.make(env_id)
+    env = gym.wrappers.FlattenObservation(env)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.ClipAction(env)
+    env = gym.wrappers.NormalizeObservation(env)
+    env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
+    if train:
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+    return env
+
+
+def make_envs(env_id, num_envs, gamma):
+    """Same-step autoreset (CleanRL's semantics); all envs share one set of normalisation statistics."""
+    envs = gym.vector.SyncVectorEnv([lambda: make_env(env_id, gamma) for _ in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms
+    return_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms
+    for env in envs.envs[1:]:
+        find_wrapper(env, gym.wrappers.NormalizeObservation).obs_rms = obs_rms
+        find_wrapper(env, gym.wrappers.NormalizeReward).return_rms = return_rms
+    return envs
 
 
 # ================================================================ run machinery (not the algorithm)
@@ -461,6 +461,8 @@ def validate_args(args: Args) -> None:
             raise ValueError(message(args))
 
 
+# Checkpoint state of the shared observation and reward normalisation: gymnasium keeps it in numpy arrays, which
+# a weights_only load refuses, so it is stored as float64 tensors and converted back.
 def float64_array(x) -> np.ndarray:
     """A float64 numpy copy of a tensor or an array."""
     return torch.as_tensor(x, dtype=torch.float64).numpy().copy()
