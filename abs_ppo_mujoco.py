@@ -1,8 +1,15 @@
-# PPO + Adaptive Batch Scaling (ABS) on gymnasium MuJoCo, single file in the style of CleanRL.
-# Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026).
-# ABS measures Behavioral Divergence, here the analytic KL(pi_new || pi_old) between the diagonal
-# Gaussian policies before and after an update, and maps it on a log scale to the rollout length L:
-# a settling policy gets a larger batch. `--no-adapt --num-steps 2048` is CleanRL's continuous PPO.
+"""PPO + Adaptive Batch Scaling (ABS) on gymnasium MuJoCo, one file in the style of CleanRL.
+
+Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
+Behavioral Divergence, here the analytic KL(pi_new || pi_old) between the diagonal Gaussian policies before and
+after an update, and maps it on a log scale to the rollout length L: a settling policy gets a larger batch.
+`--no-adapt --num-steps 2048` is CleanRL's continuous PPO (ppo_continuous_action.py).
+
+    python abs_ppo_mujoco.py --env-id HalfCheetah-v4 --seed 1     # --help lists every flag
+
+Reading order: Args; the paper's method (the ABS schedule and the KL, then PPO); the run machinery
+(flag checks, checkpoints, evaluation, files); the training loop at the bottom.
+"""
 import copy
 import importlib
 import json
@@ -13,6 +20,7 @@ import signal
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
@@ -24,10 +32,12 @@ import tyro
 from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
+SCRIPT = os.path.basename(__file__)[: -len(".py")]
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    exp_name: str = SCRIPT
     """the name of this experiment (part of the default run name)"""
     seed: int = 1
     """seed of the experiment (python, numpy, torch, gymnasium)"""
@@ -131,12 +141,226 @@ RUN_CONTROL_FLAGS = (
 )
 
 
+# ================================================================ the paper's method: the ABS schedule (pure math)
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
+                         schedule: str = "log") -> float:
+    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
+    d = min(max(delta_bar, delta_min), delta_max)
+    if schedule == "log":
+        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
+    else:
+        alpha = (d - delta_min) / (delta_max - delta_min)
+    return L_max - alpha * (L_max - L_min)
+
+
 def multiples_in(L_min: int, L_max: int, multiple: int) -> tuple[int, int]:
     """The smallest and largest multiple of `multiple` in [L_min, L_max] (lo > hi when there is none)."""
     return -(-L_min // multiple) * multiple, L_max // multiple * multiple
 
 
-# ---------------------------------------------------------------- flag domains (checked before anything is created)
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int = 1) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch)."""
+    return max(min_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+class ABSScheduler:
+    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
+
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", multiple=1):
+        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
+        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
+        self.multiple = multiple
+        self.history = deque(maxlen=window)
+        self.L = float(L_min)
+        self.num_measurements = 0
+
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        """L rounded half up to a multiple of `multiple` (PPO: the minibatch count) inside [L_min, L_max]."""
+        lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
+        return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
+
+    def update(self, delta: float) -> int:
+        self.history.append(delta)
+        self.num_measurements += 1
+        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+            return self.num_steps
+        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
+                                      self.schedule)
+        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
+        return self.num_steps
+
+    def state_dict(self):
+        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
+
+    def load_state_dict(self, state):
+        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+def gaussian_kl(mean_new, std_new, mean_old, std_old):
+    """KL(N(mean_new, std_new^2) || N(mean_old, std_old^2)) of diagonal Gaussians, summed over the last dim."""
+    return (torch.log(std_old / std_new) + (std_new.pow(2) + (mean_new - mean_old).pow(2)) / (2.0 * std_old.pow(2))
+            - 0.5).sum(dim=-1)
+
+
+@torch.no_grad()
+def behavioral_divergence(agent_new: nn.Module, agent_old: nn.Module, states: torch.Tensor) -> float:
+    """delta: the mean over the states of KL(pi_new || pi_old), the analytic KL of the Gaussian policies."""
+    return gaussian_kl(*agent_new.policy(states), *agent_old.policy(states)).mean().item()
+
+
+# ================================================================ PPO: agent, GAE, update, environments
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """CleanRL's continuous agent: separate 64-64 tanh MLPs, state-independent log-std."""
+
+    def __init__(self, obs_dim: int, act_dim: int):
+        super().__init__()
+        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
+                                    nn.Tanh(), layer_init(nn.Linear(64, 1), std=1.0))
+        self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
+                                        nn.Tanh(), layer_init(nn.Linear(64, act_dim), std=0.01))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def get_value(self, x):
+        return self.critic(x).squeeze(-1)
+
+    def policy(self, x):
+        """Mean and standard deviation of the diagonal Gaussian policy."""
+        mean = self.actor_mean(x)
+        return mean, self.actor_logstd.expand_as(mean).exp()
+
+    def get_action_and_value(self, x, action=None):
+        probs = Normal(*self.policy(x), validate_args=False)  # no per-call argument checks (a device sync on GPU)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.get_value(x)
+
+
+def gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """Advantages over a [L, E] rollout, computed backwards. dones[t]: transition t ended its episode,
+    terminated or truncated (as in CleanRL, a time-limit end does not bootstrap)."""
+    advantages = torch.empty_like(rewards)
+    running, next_value = torch.zeros_like(last_value), last_value
+    for t in reversed(range(rewards.shape[0])):
+        nonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
+        advantages[t] = running = delta + gamma * gae_lambda * nonterminal * running
+        next_value = values[t]
+    return advantages
+
+
+def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
+    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
+    fraction of environment steps done (iterations vary in length)."""
+    return learning_rate * (1.0 - global_step / total_timesteps if anneal else 1.0)
+
+
+def allocate_storage(L_max, num_envs, obs_dim, act_dim, device):
+    """Rollout storage, allocated once at L_max (an iteration uses the first L rows)."""
+    def zeros(*shape):
+        return torch.zeros((L_max, num_envs) + shape, device=device)
+
+    return {"obs": zeros(obs_dim), "actions": zeros(act_dim), "logprobs": zeros(), "rewards": zeros(),
+            "dones": zeros(), "values": zeros()}
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):
+    """CleanRL's clipped-surrogate epochs over --num-minibatches minibatches; returns the loss statistics."""
+    batch = b_obs.shape[0]
+    mb_size = batch // args.num_minibatches
+    clipfracs = []
+    for _ in range(epochs):
+        perm = torch.randperm(batch, device=b_obs.device)
+        for start in range(0, batch, mb_size):
+            idx = perm[start : start + mb_size]
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[idx], b_actions[idx])
+            logratio = newlogprob - b_logprobs[idx]
+            ratio = logratio.exp()
+            with torch.no_grad():
+                old_approx_kl = (-logratio).mean()
+                approx_kl = ((ratio - 1) - logratio).mean()
+                clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            mb_adv = b_advantages[idx]
+            if args.norm_adv:
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            pg_loss = torch.max(-mb_adv * ratio,
+                                -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            if args.clip_vloss:
+                v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
+                v_loss = 0.5 * torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2).mean()
+            else:
+                v_loss = 0.5 * ((newvalue - b_returns[idx]) ** 2).mean()
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
+                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
+                                    f"grad norm {grad_norm.item()})")
+            optimizer.step()
+    # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
+            "clipfrac": torch.stack(clipfracs).mean().item()}
+
+
+def find_wrapper(env, cls):
+    while not isinstance(env, cls):
+        env = env.env
+    return env
+
+
+def make_env(env_id, gamma, train=True):
+    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
+    env = gym.make(env_id)
+    env = gym.wrappers.FlattenObservation(env)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.ClipAction(env)
+    env = gym.wrappers.NormalizeObservation(env)
+    env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
+    if train:
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+    return env
+
+
+def make_envs(env_id, num_envs, gamma):
+    """Same-step autoreset (CleanRL's semantics); all envs share one set of normalisation statistics."""
+    envs = gym.vector.SyncVectorEnv([lambda: make_env(env_id, gamma) for _ in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms
+    return_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms
+    for env in envs.envs[1:]:
+        find_wrapper(env, gym.wrappers.NormalizeObservation).obs_rms = obs_rms
+        find_wrapper(env, gym.wrappers.NormalizeReward).return_rms = return_rms
+    return envs
+
+
+# ================================================================ run machinery (not the algorithm)
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
+# VALIDATION table, its environment check, the checkpoint state of the normalisation statistics and evaluate(),
+# this section is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -237,203 +461,8 @@ def validate_args(args: Args) -> None:
             raise ValueError(message(args))
 
 
-# ---------------------------------------------------------------- the ABS schedule (pure math)
-def round_half_up(x: float) -> int:
-    """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
-    return int(math.floor(x + 0.5))
-
-
-def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: float, delta_max: float,
-                         schedule: str = "log") -> float:
-    """L_target: delta_bar >= delta_max gives L_min, delta_bar <= delta_min gives L_max, log (or linear) between."""
-    d = min(max(delta_bar, delta_min), delta_max)
-    if schedule == "log":
-        alpha = math.log(d / delta_min) / math.log(delta_max / delta_min)
-    else:
-        alpha = (d - delta_min) / (delta_max - delta_min)
-    return L_max - alpha * (L_max - L_min)
-
-
-def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int = 1) -> int:
-    """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch)."""
-    return max(min_epochs, round_half_up(base_epochs * L / ref_steps))
-
-
-class ABSScheduler:
-    """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
-
-    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", multiple=1):
-        self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
-        self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
-        self.multiple = multiple
-        self.history = deque(maxlen=window)
-        self.L = float(L_min)
-        self.num_measurements = 0
-
-    @property
-    def delta_bar(self) -> float:
-        return float(np.mean(self.history)) if self.history else float("nan")
-
-    @property
-    def num_steps(self) -> int:
-        """L rounded half up to a multiple of `multiple` (PPO: the minibatch count) inside [L_min, L_max]."""
-        lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
-        return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
-
-    def update(self, delta: float) -> int:
-        self.history.append(delta)
-        self.num_measurements += 1
-        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
-            return self.num_steps
-        target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
-                                      self.schedule)
-        self.L = min(max((1.0 - self.beta) * self.L + self.beta * target, self.L_min), self.L_max)
-        return self.num_steps
-
-    def state_dict(self):
-        return {"L": self.L, "history": list(self.history), "num_measurements": self.num_measurements}
-
-    def load_state_dict(self, state):
-        self.L, self.num_measurements = float(state["L"]), int(state["num_measurements"])
-        self.history = deque(state["history"], maxlen=self.window)
-
-
-def gaussian_kl(mean_new, std_new, mean_old, std_old):
-    """KL(N(mean_new, std_new^2) || N(mean_old, std_old^2)) of diagonal Gaussians, summed over the last dim."""
-    return (torch.log(std_old / std_new) + (std_new.pow(2) + (mean_new - mean_old).pow(2)) / (2.0 * std_old.pow(2))
-            - 0.5).sum(dim=-1)
-
-
-@torch.no_grad()
-def behavioral_divergence(agent_new: nn.Module, agent_old: nn.Module, states: torch.Tensor) -> float:
-    """delta: the mean over the states of KL(pi_new || pi_old), the analytic KL of the Gaussian policies."""
-    return gaussian_kl(*agent_new.policy(states), *agent_old.policy(states)).mean().item()
-
-
-# ---------------------------------------------------------------- PPO
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class Agent(nn.Module):
-    """CleanRL's continuous agent: separate 64-64 tanh MLPs, state-independent log-std."""
-
-    def __init__(self, obs_dim: int, act_dim: int):
-        super().__init__()
-        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
-                                    nn.Tanh(), layer_init(nn.Linear(64, 1), std=1.0))
-        self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
-                                        nn.Tanh(), layer_init(nn.Linear(64, act_dim), std=0.01))
-        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
-
-    def get_value(self, x):
-        return self.critic(x).squeeze(-1)
-
-    def policy(self, x):
-        """Mean and standard deviation of the diagonal Gaussian policy."""
-        mean = self.actor_mean(x)
-        return mean, self.actor_logstd.expand_as(mean).exp()
-
-    def get_action_and_value(self, x, action=None):
-        probs = Normal(*self.policy(x), validate_args=False)  # no per-call argument checks (a device sync on GPU)
-        if action is None:
-            action = probs.sample()
-        return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.get_value(x)
-
-
-def gae(rewards, values, dones, last_value, gamma, gae_lambda):
-    """Advantages over a [L, E] rollout, computed backwards. dones[t]: transition t ended its episode,
-    terminated or truncated (as in CleanRL, a time-limit end does not bootstrap)."""
-    advantages = torch.empty_like(rewards)
-    running, next_value = torch.zeros_like(last_value), last_value
-    for t in reversed(range(rewards.shape[0])):
-        nonterminal = 1.0 - dones[t]
-        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
-        advantages[t] = running = delta + gamma * gae_lambda * nonterminal * running
-        next_value = values[t]
-    return advantages
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
-def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):
-    """CleanRL's clipped-surrogate epochs over --num-minibatches minibatches; returns the loss statistics."""
-    batch = b_obs.shape[0]
-    mb_size = batch // args.num_minibatches
-    clipfracs = []
-    for _ in range(epochs):
-        perm = torch.randperm(batch, device=b_obs.device)
-        for start in range(0, batch, mb_size):
-            idx = perm[start : start + mb_size]
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[idx], b_actions[idx])
-            logratio = newlogprob - b_logprobs[idx]
-            ratio = logratio.exp()
-            with torch.no_grad():
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-            mb_adv = b_advantages[idx]
-            if args.norm_adv:
-                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            pg_loss = torch.max(-mb_adv * ratio,
-                                -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
-            if args.clip_vloss:
-                v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
-                v_loss = 0.5 * torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2).mean()
-            else:
-                v_loss = 0.5 * ((newvalue - b_returns[idx]) ** 2).mean()
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-            optimizer.zero_grad()
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
-                                    f"grad norm {grad_norm.item()})")
-            optimizer.step()
-    # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
-    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
-            "clipfrac": torch.stack(clipfracs).mean().item()}
-
-
-# ---------------------------------------------------------------- environments and normalisation
-def find_wrapper(env, cls):
-    while not isinstance(env, cls):
-        env = env.env
-    return env
-
-
-def make_env(env_id, gamma, train=True):
-    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
-    env = gym.make(env_id)
-    env = gym.wrappers.FlattenObservation(env)
-    env = gym.wrappers.RecordEpisodeStatistics(env)
-    env = gym.wrappers.ClipAction(env)
-    env = gym.wrappers.NormalizeObservation(env)
-    env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
-    if train:
-        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
-        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
-    return env
-
-
-def make_envs(env_id, num_envs, gamma):
-    """Same-step autoreset (CleanRL's semantics); all envs share one set of normalisation statistics."""
-    envs = gym.vector.SyncVectorEnv([lambda: make_env(env_id, gamma) for _ in range(num_envs)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    obs_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms
-    return_rms = find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms
-    for env in envs.envs[1:]:
-        find_wrapper(env, gym.wrappers.NormalizeObservation).obs_rms = obs_rms
-        find_wrapper(env, gym.wrappers.NormalizeReward).return_rms = return_rms
-    return envs
-
-
+# Checkpoint state of the shared observation and reward normalisation: gymnasium keeps it in numpy arrays, which
+# a weights_only load refuses, so it is stored as float64 tensors and converted back.
 def float64_array(x) -> np.ndarray:
     """A float64 numpy copy of a tensor or an array."""
     return torch.as_tensor(x, dtype=torch.float64).numpy().copy()
@@ -574,9 +603,8 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    script = os.path.basename(__file__)[: -len(".py")]
-    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
     return checkpoint
 
 
@@ -615,26 +643,122 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     return args, checkpoint
 
 
-if __name__ == "__main__":
-    args, checkpoint = parse_args()
+def start_run(args, checkpoint):
+    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
     run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads:  # tiny MLPs: extra threads only spin, and starve everything else on a busy CPU
-        torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+
+def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
+    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
+    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
+    if checkpoint is None:
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    return writer
+
+
+def catch_stop_signals(unit: str) -> list:
+    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
+    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop_signal
+
+
+def release_stop_signals():
+    """After training (checkpointed), a signal during evaluation simply ends the process."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def timed(perf: dict, phase: str):
+    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags)."""
+    start = time.perf_counter()
+    yield
+    perf[phase] += time.perf_counter() - start
+
+
+def crossed(every: int, before: int, after: int) -> bool:
+    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
+    return every > 0 and after // every > before // every
+
+
+def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
+    """One event per tag; with perf, also every phase's cumulative seconds and, on a GPU, the peak memory (logged
+    together so that a run stopped by a signal reports them too)."""
+    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
+    if perf is not None and device.type == "cuda":
+        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
+
+
+def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
+    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
+    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
+            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
+
+
+def checkpoint_state(args, device, **state) -> dict:
+    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
+    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
+
+
+def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
+    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
+    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
+    save_checkpoint(path)
+    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
+    writer.close()
+    sys.exit(code)
+
+
+def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
+    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({summary['capped']} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    run_dir, device = start_run(args, checkpoint)
+    if args.torch_threads:  # tiny MLPs: extra threads only spin, and starve everything else on a busy CPU
+        torch.set_num_threads(args.torch_threads)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     envs = make_envs(args.env_id, args.num_envs, args.gamma)
     obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -642,21 +766,17 @@ if __name__ == "__main__":
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
     E = args.num_envs
+    # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps: the scheduler still records
+    # the KL (for --track-divergence) but has no room to move L. ABS rounds L to a multiple of the minibatch count.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.kl_low, args.kl_high, args.schedule,
                              multiple=args.num_minibatches if args.adapt else 1)
-
-    # Rollout storage, allocated once at L_max; an iteration uses the first L rows.
-    obs_buf = torch.zeros((L_max, E, obs_dim), device=device)
-    actions_buf = torch.zeros((L_max, E, act_dim), device=device)
-    logprobs_buf = torch.zeros((L_max, E), device=device)
-    rewards_buf = torch.zeros((L_max, E), device=device)
-    dones_buf = torch.zeros((L_max, E), device=device)
-    values_buf = torch.zeros((L_max, E), device=device)
-    storage_bytes = sum(b.numel() * b.element_size() for b in
-                        (obs_buf, actions_buf, logprobs_buf, rewards_buf, dones_buf, values_buf))
+    buf = allocate_storage(L_max, E, obs_dim, act_dim, device)  # buf[name][t]: step t of the rollout
+    storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
 
     global_step, iteration, train_seconds = 0, 0, 0.0
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
+    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
     if checkpoint is not None:
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -664,44 +784,24 @@ if __name__ == "__main__":
         set_normalization_state(envs, checkpoint["normalization"])
         global_step, iteration, train_seconds = (
             checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
+        perf.update(checkpoint.get("perf", {}))
         set_rng_state(checkpoint["rng"], device)
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset; "
               f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
-    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer = open_writer(run_dir, args, checkpoint, global_step)
     writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
     print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
     def save_checkpoint(path=checkpoint_path):
-        atomic_torch_save(path, {
-            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "normalization": normalization_state(envs), "global_step": global_step,
-            "iteration": iteration, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
-            "args": vars(args), "run_name": args.run_name,
-            "algo": os.path.basename(__file__)[: -len(".py")]})
+        atomic_torch_save(path, checkpoint_state(
+            args, device, agent=agent.state_dict(), optimizer=optimizer.state_dict(),
+            scheduler=scheduler.state_dict(), normalization=normalization_state(envs), global_step=global_step,
+            iteration=iteration, train_seconds=train_seconds, perf=dict(perf)))
 
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:  # a second signal: stop now
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this iteration", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+    stop_signal = catch_stop_signals("iteration")
     # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
     next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=20)
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
-    if checkpoint is not None:
-        perf.update(checkpoint.get("perf", {}))
     start_time, start_step, last_print = time.time(), global_step, 0.0
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
@@ -710,105 +810,84 @@ if __name__ == "__main__":
         measure = measuring and iteration % args.adapt_freq == 0
         if measure:
             snapshot.load_state_dict(agent.state_dict())
-        lr = args.learning_rate * (1.0 - global_step / args.total_timesteps if args.anneal_lr else 1.0)
-        optimizer.param_groups[0]["lr"] = lr
+        learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
+        optimizer.param_groups[0]["lr"] = learning_rate
         for step in range(L):
-            t0 = time.perf_counter()
-            obs_buf[step] = next_obs
-            with torch.no_grad():
-                action, logprobs_buf[step], _, values_buf[step] = agent.get_action_and_value(next_obs)
-            actions_buf[step] = action
-            action_np = action.cpu().numpy()
-            t1 = time.perf_counter()
-            obs, reward, term, trunc, info = envs.step(action_np)
-            t2 = time.perf_counter()
+            with timed(perf, "inference"):
+                buf["obs"][step] = next_obs
+                with torch.no_grad():
+                    action, buf["logprobs"][step], _, buf["values"][step] = agent.get_action_and_value(next_obs)
+                buf["actions"][step] = action
+                action_np = action.cpu().numpy()
+            with timed(perf, "env"):
+                obs, reward, term, trunc, info = envs.step(action_np)
             next_obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            rewards_buf[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            dones_buf[step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
+            buf["rewards"][step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            buf["dones"][step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
             global_step += E
             if "final_info" in info:  # raw (unnormalised) episode statistics from RecordEpisodeStatistics
-                ended = info["final_info"]["_episode"]
-                log_finished_games(writer, info["final_info"]["episode"]["r"][ended],
-                                   info["final_info"]["episode"]["l"][ended], global_step)
-                recent_returns.extend(info["final_info"]["episode"]["r"][ended].tolist())
-            perf["inference"] += t1 - t0
-            perf["env"] += t2 - t1
+                ended, episode = info["final_info"]["_episode"], info["final_info"]["episode"]
+                log_finished_games(writer, episode["r"][ended], episode["l"][ended], global_step)
+                recent_returns.extend(episode["r"][ended].tolist())
 
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            advantages = gae(rewards_buf[:L], values_buf[:L], dones_buf[:L], agent.get_value(next_obs),
-                             args.gamma, args.gae_lambda)
-            returns = advantages + values_buf[:L]
-        b_obs = obs_buf[:L].reshape(L * E, obs_dim)
-        b_values, b_returns = values_buf[:L].reshape(-1), returns.reshape(-1)
-        try:
-            stats = ppo_update(agent, optimizer, b_obs, actions_buf[:L].reshape(L * E, act_dim),
-                               logprobs_buf[:L].reshape(-1), advantages.reshape(-1), b_returns, b_values, epochs, args)
-        except NonFiniteLoss as e:
-            failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
-            train_seconds += time.time() - start_time  # up to now, like the perf sums
-            save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
-            print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
-                  "Start again with a lower --learning-rate.", file=sys.stderr)
-            writer.close()
-            sys.exit(3)
-        var_y = b_returns.var(unbiased=False).item()
-        explained_var = float("nan") if var_y == 0 else 1.0 - (b_returns - b_values).var(unbiased=False).item() / var_y
-        perf["update"] += time.perf_counter() - t0
+        with timed(perf, "update"):
+            with torch.no_grad():
+                advantages = gae(buf["rewards"][:L], buf["values"][:L], buf["dones"][:L], agent.get_value(next_obs),
+                                 args.gamma, args.gae_lambda)
+                returns = advantages + buf["values"][:L]
+            b_obs = buf["obs"][:L].reshape(L * E, obs_dim)
+            b_values, b_returns = buf["values"][:L].reshape(-1), returns.reshape(-1)
+            try:
+                stats = ppo_update(agent, optimizer, b_obs, buf["actions"][:L].reshape(L * E, act_dim),
+                                   buf["logprobs"][:L].reshape(-1), advantages.reshape(-1), b_returns, b_values,
+                                   epochs, args)
+            except NonFiniteLoss as e:
+                train_seconds += time.time() - start_time  # up to now, like the perf sums
+                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
+                save_and_exit(save_checkpoint, writer, failed_path, 3,
+                              f"error: {e} at global_step {global_step}; state before that step saved to "
+                              f"{failed_path}. Start again with a lower --learning-rate.")
+            var_y = b_returns.var(unbiased=False).item()
+            explained_var = (float("nan") if var_y == 0
+                             else 1.0 - (b_returns - b_values).var(unbiased=False).item() / var_y)
 
         if measure:
-            t0 = time.perf_counter()
-            ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
-            delta = behavioral_divergence(agent, snapshot, b_obs[ref])
-            scheduler.update(delta)  # with --no-adapt L_min = L_max: delta is recorded, the batch stays
-            perf["adapt"] += time.perf_counter() - t0
+            with timed(perf, "adapt"):
+                ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
+                delta = behavioral_divergence(agent, snapshot, b_obs[ref])
+                scheduler.update(delta)
             new_L = scheduler.num_steps
-            writer.add_scalar("adapt/kl", delta, global_step)
-            writer.add_scalar("adapt/kl_mean", scheduler.delta_bar, global_step)
-            writer.add_scalar("adapt/num_steps", new_L, global_step)
-            writer.add_scalar("adapt/batch_size", new_L * E, global_step)
-            writer.add_scalar("adapt/update_epochs", update_epochs_for(new_L, args.update_epochs, args.epochs_ref_steps,
-                                                                       args.min_update_epochs), global_step)
+            log_scalars(writer, global_step, {
+                "adapt/kl": delta, "adapt/kl_mean": scheduler.delta_bar, "adapt/num_steps": new_L,
+                "adapt/batch_size": new_L * E, "adapt/update_epochs": update_epochs_for(
+                    new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)})
         iteration += 1
 
         now = time.time()
-        train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/learning_rate", lr, global_step)
-        for name, value in stats.items():
-            writer.add_scalar(f"losses/{name}", value, global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        for phase, seconds in perf.items():
-            writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
-        if device.type == "cuda":  # with the phase sums, so a run stopped by a signal reports its peak too
-            writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+        log_scalars(writer, global_step, {
+            "charts/SPS": sps, "charts/learning_rate": learning_rate,
+            **{f"losses/{name}": value for name, value in stats.items()},
+            "losses/explained_variance": explained_var}, perf, device)
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
-            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
-            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | L {L} "
-                  f"| kl_bar {scheduler.delta_bar:.4f} | epochs {epochs} | return {ret} "
-                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
+            print(progress_line(global_step, args.total_timesteps, sps,
+                                f"L {L} | kl_bar {scheduler.delta_bar:.4f} | epochs {epochs}", recent_returns),
+                  flush=True)
 
-        crossed = (args.checkpoint_every
-                   and global_step // args.checkpoint_every > (global_step - L * E) // args.checkpoint_every)
-        stop = bool(stop_signal)
-        if crossed or stop or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds_now, now, global_step
+        if stop_signal:
+            train_seconds += now - start_time
+            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
+                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                          f"resume with --resume {checkpoint_path}")
+        if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
+            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
             save_checkpoint()
-        if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                  f"resume with --resume {checkpoint_path}")
-            writer.close()
-            sys.exit(128 + stop_signal[0])
-    obs_rms = normalization_state(envs)["obs_rms"]
+    obs_rms = normalization_state(envs)["obs_rms"]  # frozen for evaluation and saved with the model
     envs.close()
     train_seconds += time.time() - start_time
 
-    # Training is checkpointed; a signal during evaluation simply ends the process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    release_stop_signals()
     if args.save_model:
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"agent": agent.state_dict(), "obs_rms": obs_rms,
                                                              "args": vars(args)})
@@ -816,16 +895,4 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (mean action, frozen observation statistics)")
         returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, obs_rms, args.seed + 10_000, device)
-    summary = summarize_eval(returns, lengths, capped)
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({capped} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
-        "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        wandb.finish()
+    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
