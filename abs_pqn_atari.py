@@ -156,7 +156,7 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-# ================================================================ the paper's method: the ABS schedule (pure math)
+# ================================================================ the paper's method: ABS schedule and divergence
 def round_half_up(x: float) -> int:
     """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
     return int(math.floor(x + 0.5))
