@@ -263,8 +263,8 @@ class ABSScheduler:
 
 
 def batch_size_of(scheduler: ABSScheduler, args: Args) -> int:
-    """The batch of the next gradient step: ABS's float state rounded to a multiple of --batch-size-multiple, or
-    --batch-size with --no-adapt."""
+    """The batch of the next gradient step: the scheduler's float state L (here a batch size in [B_min, B_max])
+    rounded to a multiple of --batch-size-multiple, or --batch-size with --no-adapt."""
     return round_to_multiple(scheduler.L, args.batch_size_multiple) if args.adapt else args.batch_size
 
 
@@ -358,6 +358,8 @@ def n_step_returns(rewards, terminated, ended, gamma):
 class ReplayBuffer:
     """Per-env circular buffer of single 84x84 frames, [T, E] arrays, with a sum tree over its T*E rows."""
 
+    FIELDS = ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")  # the [T, E] arrays
+
     def __init__(self, buffer_size, num_envs, n_step, gamma, alpha, frame_shape=(84, 84)):
         self.T, self.E, self.n_step, self.gamma, self.alpha = buffer_size // num_envs, num_envs, n_step, gamma, alpha
         T, E = self.T, self.E
@@ -380,8 +382,7 @@ class ReplayBuffer:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminated, self.ended,
-                                      self.first, self.valid, self.tree.tree))
+        return sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes
 
     @property
     def num_transitions(self) -> int:
@@ -452,13 +453,12 @@ class ReplayBuffer:
         return self.stacks(rows[keep][pick], envs[keep][pick])
 
     def state_dict(self):
-        arrays = {k: torch.from_numpy(getattr(self, k)) for k in
-                  ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")}
+        arrays = {k: torch.from_numpy(getattr(self, k)) for k in self.FIELDS}
         return {**arrays, "tree": torch.from_numpy(self.tree.tree), "max_priority": float(self.max_priority),
                 "pos": int(self.pos), "rows_written": int(self.rows_written)}
 
     def load_state_dict(self, state):
-        for k in ("frames", "actions", "rewards", "terminated", "ended", "first", "valid"):
+        for k in self.FIELDS:
             setattr(self, k, state[k].numpy())  # adopt the loaded arrays: no second copy of a GB-sized buffer
         self.tree.tree = state["tree"].numpy()
         self.max_priority, self.pos, self.rows_written = state["max_priority"], state["pos"], state["rows_written"]
