@@ -1,19 +1,19 @@
-# Beyond The Rainbow (BTR) + Adaptive Batch Scaling (ABS) on envpool Atari, single file in the style of CleanRL.
-# Papers: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026), section 5.7;
-# "Beyond The Rainbow: High Performance Deep Reinforcement Learning on a Desktop PC" (Clark et al., ICML 2025).
-# BTR = IMPALA CNN (x2, spectral norm, 6x6 max-pool) + IQN + dueling noisy streams + LayerNorm + Munchausen
-# targets + 3-step returns + prioritised replay. ABS for replay methods maps the Behavioral Divergence (fraction of
-# greedy actions that change across a few gradient steps) to the *sampled batch size* in [B_min, B_max].
-# `--no-adapt --batch-size B` gives fixed-batch baselines; every BTR component has a flag for ablations.
-#
-# Replay layout: one row per vectorised env step, a circular [T, num_envs] array per field, T = buffer/num_envs.
-# Row t holds the newest frame of the observation the agent acted on, the action, the clipped reward and flags.
-# The row after an episode end is envpool's reset step (its action is ignored): it keeps the frame of the episode's
-# last observation (the bootstrap state) and is never sampled as a transition. 4-frame stacks are rebuilt on
-# sampling exactly as envpool built them: envpool keeps its stack across a life loss and, at a game start (game over,
-# time limit, first reset), repeats the first frame, so the rebuild repeats the first frame of a game and never reads
-# past the oldest row. A row becomes sampleable (max priority) once its n-step window is written; the oldest
-# FRAME_STACK - 1 rows are not sampleable, so no stack reaches past the write position.
+"""Beyond The Rainbow (BTR) + Adaptive Batch Scaling (ABS) on envpool Atari, one file in the style of CleanRL.
+
+Papers: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026), section 5.7;
+"Beyond The Rainbow: High Performance Deep Reinforcement Learning on a Desktop PC" (Clark et al., ICML 2025).
+BTR = IMPALA CNN (x2, spectral norm, 6x6 max-pool) + IQN + dueling noisy streams + LayerNorm + Munchausen targets
++ 3-step returns + prioritised replay. ABS for replay methods maps the Behavioral Divergence (the fraction of greedy
+actions that change across a few gradient steps) to the *sampled batch size* in [B_min, B_max]: a settling policy
+gets a larger batch. `--no-adapt --batch-size B` gives the fixed-batch baselines; every BTR component has a flag
+for ablations.
+
+    python abs_btr.py --env-id Breakout-v5 --seed 1     # --help lists every flag
+
+Reading order: Args; the paper's method (the ABS schedule and divergence, then BTR: replay, network, targets,
+update, exploration); the run machinery (flag checks, checkpoints, evaluation, files); the training loop at the
+bottom.
+"""
 import copy
 import importlib
 import json
@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
@@ -35,10 +36,12 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+SCRIPT = os.path.basename(__file__)[: -len(".py")]
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    exp_name: str = SCRIPT
     """the name of this experiment (part of the default run name)"""
     seed: int = 1
     """seed of the experiment (python, numpy, torch, envpool)"""
@@ -201,118 +204,7 @@ RUN_CONTROL_FLAGS = (
 )
 
 
-# ---------------------------------------------------------------- flag domains (checked before anything is created)
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def rule(name: str, ok, domain: str):
-    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
-    return (flag_of(name), lambda a: ok(getattr(a, name)),
-            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
-
-
-def at_least(lo, *names):
-    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
-
-
-def positive(*names):
-    return [rule(n, lambda v: v > 0, "> 0") for n in names]
-
-
-def probability(*names):
-    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
-
-
-def discount(*names):
-    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
-
-
-def one_of(name: str, choices):
-    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def seed_rule(name: str = "seed"):
-    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
-    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
-
-
-def run_name_rule():
-    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
-                "a single path component (no '/', not '.' or '..')")
-
-
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def track_rule():
-    return ("--track", lambda a: not a.track or importable("wandb"),
-            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
-
-
-def is_atari(env_id: str) -> bool:
-    try:
-        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
-    except Exception:
-        return False
-
-
-# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
-# One-flag rows come first so that the rows relating several flags may divide by them.
-VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
-    one_of("epsilon_schedule", EPSILON_SCHEDULES),
-    rule("divergence_offset", lambda v: v is None or v >= 0, ">= 0"),
-    ("--env-id", lambda a: is_atari(a.env_id),
-     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
-    *at_least(1, "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min", "batch_size_max",
-              "batch_size_multiple", "adapt_freq", "divergence_span", "window", "ref_batch_size", "n_step", "num_tau",
-              "num_cosines", "hidden_size", "target_network_frequency", "scalar_every", "eval_num_envs",
-              "eval_max_episode_steps"),
-    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts", "exploration_steps",
-              "maxpool_size", "noisy_sigma0", "per_alpha"),
-    *positive("learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau", "model_size"),
-    *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
-    *probability("start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha", "epsilon_off_fraction"),
-    rule("munchausen_clip", lambda v: v <= 0, "<= 0"),
-    ("--model-size", lambda a: not a.impala or int(16 * a.model_size) >= 1,
-     lambda a: f"--model-size must give at least one channel (>= 1/16), got {a.model_size}"),
-    ("--buffer-size", lambda a: a.buffer_size % a.num_envs == 0,
-     lambda a: f"--buffer-size ({a.buffer_size}) must be a multiple of --num-envs ({a.num_envs})"),
-    ("--buffer-size", lambda a: a.buffer_size // a.num_envs >= 2 * (a.n_step + FRAME_STACK),
-     lambda a: f"--buffer-size must give each env at least {2 * (a.n_step + FRAME_STACK)} rows "
-               f"(--n-step {a.n_step}), got {a.buffer_size // a.num_envs}"),
-    ("--learning-starts", lambda a: a.learning_starts <= a.buffer_size,
-     lambda a: f"--learning-starts ({a.learning_starts}) must be <= --buffer-size ({a.buffer_size})"),
-    ("--batch-size-min", lambda a: a.batch_size_min <= a.batch_size_max,
-     lambda a: f"--batch-size-min ({a.batch_size_min}) must be <= --batch-size-max ({a.batch_size_max})"),
-    *[(flag_of(n), lambda a, n=n: not a.adapt or getattr(a, n) % a.batch_size_multiple == 0,
-       lambda a, n=n: f"{flag_of(n)} ({getattr(a, n)}) must be a multiple of --batch-size-multiple "
-                      f"({a.batch_size_multiple})") for n in ("batch_size_min", "batch_size_max")],
-    ("--divergence-span", lambda a: a.divergence_span <= a.adapt_freq,
-     lambda a: f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})"),
-    ("--divergence-low", lambda a: 0.0 < a.divergence_low < a.divergence_high <= 1.0,
-     lambda a: "--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
-               f"got {a.divergence_low} and {a.divergence_high}"),
-]
-
-
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for _flag, ok, message in VALIDATION:
-        if not ok(args):
-            raise ValueError(message(args))
-
-
-# ---------------------------------------------------------------- the ABS schedule (pure math)
+# ================================================================ the paper's method: the ABS schedule (pure math)
 def round_half_up(x: float) -> int:
     """Round to the nearest integer, halves up (Python's round() would send 2.5 to 2)."""
     return int(math.floor(x + 0.5))
@@ -370,6 +262,12 @@ class ABSScheduler:
         self.history = deque(state["history"], maxlen=self.window)
 
 
+def batch_size_of(scheduler: ABSScheduler, args: Args) -> int:
+    """The batch of the next gradient step: the scheduler's float state L (here a batch size in [B_min, B_max])
+    rounded to a multiple of --batch-size-multiple, or --batch-size with --no-adapt."""
+    return round_to_multiple(scheduler.L, args.batch_size_multiple) if args.adapt else args.batch_size
+
+
 def measurement_offset(divergence_offset: Optional[int], target_network_frequency: int) -> int:
     """The gradient step of the first measurement: by default mid-way between two target-network copies."""
     return target_network_frequency // 2 if divergence_offset is None else divergence_offset
@@ -391,7 +289,15 @@ def behavioral_divergence(q_new: nn.Module, q_old: nn.Module, states: torch.Tens
     return (q_new(states).argmax(dim=1) != q_old(states).argmax(dim=1)).float().mean().item()
 
 
-# ---------------------------------------------------------------- prioritised replay of single frames
+# ================================================================ BTR: prioritised replay of single frames
+# Layout: one row per vectorised env step, a circular [T, num_envs] array per field, T = buffer/num_envs. Row t
+# holds the newest frame of the observation the agent acted on, the action, the clipped reward and flags. The row
+# after an episode end is envpool's reset step (its action is ignored): it keeps the frame of the episode's last
+# observation (the bootstrap state) and is never sampled as a transition. 4-frame stacks are rebuilt on sampling
+# exactly as envpool built them: envpool keeps its stack across a life loss and, at a game start (game over, time
+# limit, first reset), repeats the first frame, so the rebuild repeats the first frame of a game and never reads
+# past the oldest row. A row becomes sampleable (max priority) once its n-step window is written; the oldest
+# FRAME_STACK - 1 rows are not sampleable, so no stack reaches past the write position.
 class SumTree:
     """Binary sum tree over `capacity` leaves (float64); vectorised O(log N) updates and prefix-sum searches."""
 
@@ -452,6 +358,8 @@ def n_step_returns(rewards, terminated, ended, gamma):
 class ReplayBuffer:
     """Per-env circular buffer of single 84x84 frames, [T, E] arrays, with a sum tree over its T*E rows."""
 
+    FIELDS = ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")  # the [T, E] arrays
+
     def __init__(self, buffer_size, num_envs, n_step, gamma, alpha, frame_shape=(84, 84)):
         self.T, self.E, self.n_step, self.gamma, self.alpha = buffer_size // num_envs, num_envs, n_step, gamma, alpha
         T, E = self.T, self.E
@@ -474,8 +382,7 @@ class ReplayBuffer:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.terminated, self.ended,
-                                      self.first, self.valid, self.tree.tree))
+        return sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes
 
     @property
     def num_transitions(self) -> int:
@@ -546,13 +453,12 @@ class ReplayBuffer:
         return self.stacks(rows[keep][pick], envs[keep][pick])
 
     def state_dict(self):
-        arrays = {k: torch.from_numpy(getattr(self, k)) for k in
-                  ("frames", "actions", "rewards", "terminated", "ended", "first", "valid")}
+        arrays = {k: torch.from_numpy(getattr(self, k)) for k in self.FIELDS}
         return {**arrays, "tree": torch.from_numpy(self.tree.tree), "max_priority": float(self.max_priority),
                 "pos": int(self.pos), "rows_written": int(self.rows_written)}
 
     def load_state_dict(self, state):
-        for k in ("frames", "actions", "rewards", "terminated", "ended", "first", "valid"):
+        for k in self.FIELDS:
             setattr(self, k, state[k].numpy())  # adopt the loaded arrays: no second copy of a GB-sized buffer
         self.tree.tree = state["tree"].numpy()
         self.max_priority, self.pos, self.rows_written = state["max_priority"], state["pos"], state["rows_written"]
@@ -561,7 +467,14 @@ class ReplayBuffer:
         self.new_stream()
 
 
-# ---------------------------------------------------------------- BTR network and loss
+def per_beta_at(global_step: int, args: Args) -> float:
+    """The importance-sampling exponent: --per-beta until learning starts, then linearly to 1 at the end of training
+    (0 with --no-per, whose uniform sample needs no correction)."""
+    frac = (global_step - args.learning_starts) / max(args.total_timesteps - args.learning_starts, 1)
+    return args.per_beta + (1.0 - args.per_beta) * min(max(frac, 0.0), 1.0) if args.per else 0.0
+
+
+# ================================================================ BTR: network, targets, update, exploration
 class NoisyLinear(nn.Module):
     """Factorised Gaussian noisy linear layer (Fortunato et al. 2018); with noise_on False it uses the mean weights."""
 
@@ -810,6 +723,123 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
                         reward_clip=train, max_episode_steps=max_episode_steps)
 
 
+# ================================================================ run machinery (not the algorithm)
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
+# VALIDATION table, its environment check and evaluate(), this section is the same text in the four scripts
+# (a test compares them), so a fix in one is copied to all.
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
+# VALIDATION table, its environment check and evaluate(), this section is the same text in the four scripts
+# (a test compares them), so a fix in one is copied to all.
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def rule(name: str, ok, domain: str):
+    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
+    return (flag_of(name), lambda a: ok(getattr(a, name)),
+            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
+
+
+def at_least(lo, *names):
+    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
+
+
+def positive(*names):
+    return [rule(n, lambda v: v > 0, "> 0") for n in names]
+
+
+def probability(*names):
+    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
+
+
+def discount(*names):
+    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
+
+
+def one_of(name: str, choices):
+    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def seed_rule(name: str = "seed"):
+    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
+    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
+
+
+def run_name_rule():
+    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
+                "a single path component (no '/', not '.' or '..')")
+
+
+def importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+        return True
+    except Exception:
+        return False
+
+
+def track_rule():
+    return ("--track", lambda a: not a.track or importable("wandb"),
+            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
+
+
+def is_atari(env_id: str) -> bool:
+    try:
+        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+    except Exception:
+        return False
+
+
+# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
+# One-flag rows come first so that the rows relating several flags may divide by them.
+VALIDATION = [
+    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
+    one_of("epsilon_schedule", EPSILON_SCHEDULES),
+    rule("divergence_offset", lambda v: v is None or v >= 0, ">= 0"),
+    ("--env-id", lambda a: is_atari(a.env_id),
+     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
+    *at_least(1, "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min", "batch_size_max",
+              "batch_size_multiple", "adapt_freq", "divergence_span", "window", "ref_batch_size", "n_step", "num_tau",
+              "num_cosines", "hidden_size", "target_network_frequency", "scalar_every", "eval_num_envs",
+              "eval_max_episode_steps"),
+    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts", "exploration_steps",
+              "maxpool_size", "noisy_sigma0", "per_alpha"),
+    *positive("learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau", "model_size"),
+    *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
+    *probability("start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha", "epsilon_off_fraction"),
+    rule("munchausen_clip", lambda v: v <= 0, "<= 0"),
+    ("--model-size", lambda a: not a.impala or int(16 * a.model_size) >= 1,
+     lambda a: f"--model-size must give at least one channel (>= 1/16), got {a.model_size}"),
+    ("--buffer-size", lambda a: a.buffer_size % a.num_envs == 0,
+     lambda a: f"--buffer-size ({a.buffer_size}) must be a multiple of --num-envs ({a.num_envs})"),
+    ("--buffer-size", lambda a: a.buffer_size // a.num_envs >= 2 * (a.n_step + FRAME_STACK),
+     lambda a: f"--buffer-size must give each env at least {2 * (a.n_step + FRAME_STACK)} rows "
+               f"(--n-step {a.n_step}), got {a.buffer_size // a.num_envs}"),
+    ("--learning-starts", lambda a: a.learning_starts <= a.buffer_size,
+     lambda a: f"--learning-starts ({a.learning_starts}) must be <= --buffer-size ({a.buffer_size})"),
+    ("--batch-size-min", lambda a: a.batch_size_min <= a.batch_size_max,
+     lambda a: f"--batch-size-min ({a.batch_size_min}) must be <= --batch-size-max ({a.batch_size_max})"),
+    *[(flag_of(n), lambda a, n=n: not a.adapt or getattr(a, n) % a.batch_size_multiple == 0,
+       lambda a, n=n: f"{flag_of(n)} ({getattr(a, n)}) must be a multiple of --batch-size-multiple "
+                      f"({a.batch_size_multiple})") for n in ("batch_size_min", "batch_size_max")],
+    ("--divergence-span", lambda a: a.divergence_span <= a.adapt_freq,
+     lambda a: f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})"),
+    ("--divergence-low", lambda a: 0.0 < a.divergence_low < a.divergence_high <= 1.0,
+     lambda a: "--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
+               f"got {a.divergence_low} and {a.divergence_high}"),
+]
+
+
+def validate_args(args: Args) -> None:
+    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
+    for _flag, ok, message in VALIDATION:
+        if not ok(args):
+            raise ValueError(message(args))
+
+
 @torch.no_grad()
 def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False):
     """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
@@ -922,9 +952,8 @@ def load_checkpoint(path: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    script = os.path.basename(__file__)[: -len(".py")]
-    if checkpoint.get("algo", script) != script:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py")
+    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
     return checkpoint
 
 
@@ -963,39 +992,138 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     return args, checkpoint
 
 
-if __name__ == "__main__":
-    args, checkpoint = parse_args()
+def start_run(args, checkpoint):
+    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
     run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                else os.path.join(args.output_dir, args.run_name))
     os.makedirs(run_dir, exist_ok=True)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
+    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+
+def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
+    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
+    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
+    if checkpoint is None:
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    return writer
+
+
+def catch_stop_signals(unit: str) -> list:
+    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
+    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
+    stop_signal = []
+
+    def on_signal(signum, frame):
+        if stop_signal:
+            raise KeyboardInterrupt
+        stop_signal.append(signum)
+        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop_signal
+
+
+def release_stop_signals():
+    """After training (checkpointed), a signal during evaluation simply ends the process."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def timed(perf: dict, phase: str):
+    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags)."""
+    start = time.perf_counter()
+    yield
+    perf[phase] += time.perf_counter() - start
+
+
+def crossed(every: int, before: int, after: int) -> bool:
+    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
+    return every > 0 and after // every > before // every
+
+
+def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
+    """One event per tag; with perf, also every phase's cumulative seconds and, on a GPU, the peak memory (logged
+    together so that a run stopped by a signal reports them too)."""
+    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
+    if perf is not None and device.type == "cuda":
+        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
+
+
+def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
+    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
+    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
+            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
+
+
+def checkpoint_state(args, device, **state) -> dict:
+    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
+    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
+
+
+def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
+    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
+    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
+    save_checkpoint(path)
+    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
+    writer.close()
+    sys.exit(code)
+
+
+def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
+    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
+    if summary["episodes"]:
+        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
+              f"({summary['capped']} hit the step cap)")
+    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
+        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
+        "eval": summary, "args": vars(args)})
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    args, checkpoint = parse_args()
+    run_dir, device = start_run(args, checkpoint)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
-    num_actions = envs.action_space.n
-    q_network = BTRNetwork(num_actions, args).to(device).eval()  # train mode only inside btr_update
+    q_network = BTRNetwork(envs.action_space.n, args).to(device).eval()  # train mode only inside btr_update
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     snapshot = copy.deepcopy(q_network).requires_grad_(False)  # theta: the weights before the measured span
     greedy, greedy_snapshot = GreedyQ(q_network), GreedyQ(snapshot)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
     E = args.num_envs
+    # Fixed-batch mode (--no-adapt) is the same loop with B_min = B_max = --batch-size: the scheduler still records
+    # the divergence (for --track-divergence) but has no room to move the batch.
     B_min, B_max = (args.batch_size_min, args.batch_size_max) if args.adapt else (args.batch_size, args.batch_size)
     scheduler = ABSScheduler(B_min, B_max, args.window, args.ema_beta, args.divergence_low,
                              args.divergence_high, args.schedule)
     replay = ReplayBuffer(args.buffer_size, E, args.n_step, args.gamma, args.per_alpha if args.per else 0.0)
 
     global_step, grad_steps, train_seconds = 0, 0, 0.0
+    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
+    perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         target_network.load_state_dict(checkpoint["target_network"])
@@ -1003,6 +1131,7 @@ if __name__ == "__main__":
         scheduler.load_state_dict(checkpoint["scheduler"])
         global_step, grad_steps, train_seconds = (
             checkpoint["global_step"], checkpoint["grad_steps"], checkpoint["train_seconds"])
+        perf.update(checkpoint.get("perf", {}))
         set_rng_state(checkpoint["rng"], device)
         if "replay" in checkpoint:
             replay.load_state_dict(checkpoint.pop("replay"))
@@ -1010,165 +1139,115 @@ if __name__ == "__main__":
         else:
             note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"
         print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset); {note}")
-    # On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new run
-    # in a directory left with only event files (stopped before its first checkpoint) hides their events.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer = open_writer(run_dir, args, checkpoint, global_step)
     writer.add_scalar("perf/storage_bytes", replay.nbytes, global_step)
     print(f"run {run_dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "
           f"({replay.nbytes / (replay.T * E):.0f} bytes each)")
 
-    def batch_size_now() -> int:
-        return round_to_multiple(scheduler.L, args.batch_size_multiple) if args.adapt else args.batch_size
-
-    def per_beta_now() -> float:
-        frac = (global_step - args.learning_starts) / max(args.total_timesteps - args.learning_starts, 1)
-        return args.per_beta + (1.0 - args.per_beta) * min(max(frac, 0.0), 1.0) if args.per else 0.0
-
     def save_checkpoint(path=checkpoint_path):
-        state = {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
-                 "grad_steps": grad_steps, "train_seconds": train_seconds, "perf": dict(perf), "rng": rng_state(device),
-                 "args": vars(args), "run_name": args.run_name,
-                 "algo": os.path.basename(__file__)[: -len(".py")]}
-        if args.checkpoint_buffer:
+        state = checkpoint_state(
+            args, device, q_network=q_network.state_dict(), target_network=target_network.state_dict(),
+            optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), global_step=global_step,
+            grad_steps=grad_steps, train_seconds=train_seconds, perf=dict(perf))
+        if args.checkpoint_buffer:  # gigabytes at full size: only when asked for
             state["replay"] = replay.state_dict()
         atomic_torch_save(path, state)
 
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:  # a second signal: stop now
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this step", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+    stop_signal = catch_stop_signals("step")
     obs, _ = envs.reset()
-    ep_return = np.zeros(E)
-    recent_returns = deque(maxlen=20)
-    losses, mean_qs = [], []
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
-    if checkpoint is not None:
-        perf.update(checkpoint.get("perf", {}))
+    ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
+    losses, mean_qs = [], []  # of the gradient steps since the scalars were last written
     start_time, start_step, last_print, vector_steps = time.time(), global_step, 0.0, 0
     measuring = args.adapt or args.track_divergence
     measure_offset = measurement_offset(args.divergence_offset, args.target_network_frequency)
     epsilon_off = epsilon_off_step(args.total_timesteps, args.epsilon_off_fraction, args.learning_starts, args.noisy)
     ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)
     while global_step < args.total_timesteps:
-        t0 = time.perf_counter()
-        epsilon = exploration_epsilon(global_step, args.epsilon_schedule, args.start_e, args.end_e,
-                                      args.exploration_steps, epsilon_off)
-        with torch.no_grad(), autocast(device, args.bf16):
-            reset_noise(q_network)
-            q_values = q_network.q_values(torch.from_numpy(obs).to(device)).float()
-        action, _ = select_actions(q_values, epsilon)
-        action_np = action.cpu().numpy()
-        t1 = time.perf_counter()
-        next_obs, reward, term, trunc, info = envs.step(action_np)
-        t2 = time.perf_counter()
-        replay.add(obs[:, -1], action_np, reward, term, trunc, info["terminated"].astype(bool))
-        obs = next_obs
-        global_step += E
-        vector_steps += 1
-        # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
-        ep_return += info["reward"]
-        game_over = info["terminated"].astype(bool) | trunc
-        if game_over.any():
-            log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
-            recent_returns.extend(ep_return[game_over].tolist())
-            ep_return[game_over] = 0.0
-        perf["inference"] += t1 - t0
-        perf["env"] += t2 - t1
-        perf["replay"] += time.perf_counter() - t2
+        with timed(perf, "inference"):
+            epsilon = exploration_epsilon(global_step, args.epsilon_schedule, args.start_e, args.end_e,
+                                          args.exploration_steps, epsilon_off)
+            with torch.no_grad(), autocast(device, args.bf16):
+                reset_noise(q_network)
+                q_values = q_network.q_values(torch.from_numpy(obs).to(device)).float()
+            action, _ = select_actions(q_values, epsilon)
+            action_np = action.cpu().numpy()
+        with timed(perf, "env"):
+            next_obs, reward, term, trunc, info = envs.step(action_np)
+        with timed(perf, "replay"):  # storing the step, and its bookkeeping
+            replay.add(obs[:, -1], action_np, reward, term, trunc, info["terminated"].astype(bool))
+            obs = next_obs
+            global_step += E
+            vector_steps += 1
+            # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
+            ep_return += info["reward"]
+            game_over = info["terminated"].astype(bool) | trunc
+            if game_over.any():
+                log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
+                recent_returns.extend(ep_return[game_over].tolist())
+                ep_return[game_over] = 0.0
 
+        # One gradient step per vectorised env step, once the buffer holds --learning-starts transitions.
         if replay.num_transitions >= args.learning_starts and replay.tree.total() > 0:
-            t0 = time.perf_counter()
-            if measuring and ref_states is None and measurement_starts(grad_steps, args.adapt_freq, measure_offset):
-                snapshot.load_state_dict(q_network.state_dict())
-                ref_states = torch.from_numpy(replay.newest_states(args.ref_batch_size)).to(device)
-                measure_at = grad_steps + args.divergence_span
-            t1 = time.perf_counter()
-            batch = replay.sample(batch_size_now(), per_beta_now())
-            t2 = time.perf_counter()
-            if grad_steps % args.target_network_frequency == 0:
-                target_network.load_state_dict(q_network.state_dict())
-            try:
-                loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
-            except NonFiniteLoss as e:
-                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")
-                train_seconds += time.time() - start_time  # up to now, like the perf sums
-                save_checkpoint(failed_path)  # the state before the failing step; checkpoint.pt stays the last good one
-                print(f"error: {e} at global_step {global_step}; state before that step saved to {failed_path}. "
-                      "Start again with a lower --learning-rate.", file=sys.stderr)
-                writer.close()
-                sys.exit(3)
-            t3 = time.perf_counter()
-            replay.update_priorities(batch[0], td_abs)
-            grad_steps += 1
-            losses.append(loss)
-            mean_qs.append(mean_q)
-            perf["adapt"] += t1 - t0
-            perf["replay"] += t2 - t1 + time.perf_counter() - t3
-            perf["update"] += t3 - t2
+            with timed(perf, "adapt"):
+                if measuring and ref_states is None and measurement_starts(grad_steps, args.adapt_freq, measure_offset):
+                    snapshot.load_state_dict(q_network.state_dict())
+                    ref_states = torch.from_numpy(replay.newest_states(args.ref_batch_size)).to(device)
+                    measure_at = grad_steps + args.divergence_span
+            with timed(perf, "replay"):
+                batch = replay.sample(batch_size_of(scheduler, args), per_beta_at(global_step, args))
+            with timed(perf, "update"):
+                if grad_steps % args.target_network_frequency == 0:
+                    target_network.load_state_dict(q_network.state_dict())
+                try:
+                    loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
+                except NonFiniteLoss as e:
+                    train_seconds += time.time() - start_time  # up to now, like the perf sums
+                    failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
+                    save_and_exit(save_checkpoint, writer, failed_path, 3,
+                                  f"error: {e} at global_step {global_step}; state before that step saved to "
+                                  f"{failed_path}. Start again with a lower --learning-rate.")
+            with timed(perf, "replay"):
+                replay.update_priorities(batch[0], td_abs)
+                grad_steps += 1
+                losses.append(loss)
+                mean_qs.append(mean_q)
 
             if ref_states is not None and grad_steps == measure_at:
-                t0 = time.perf_counter()
-                delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
-                scheduler.update(delta)  # with --no-adapt L_min = L_max: delta is recorded, the batch stays
-                ref_states = None
-                perf["adapt"] += time.perf_counter() - t0
-                writer.add_scalar("adapt/divergence", delta, global_step)
-                writer.add_scalar("adapt/divergence_mean", scheduler.delta_bar, global_step)
-                writer.add_scalar("adapt/batch_size", batch_size_now(), global_step)
+                with timed(perf, "adapt"):
+                    delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
+                    scheduler.update(delta)  # with --no-adapt B_min = B_max: delta is recorded, the batch stays
+                    ref_states = None
+                log_scalars(writer, global_step, {
+                    "adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar,
+                    "adapt/batch_size": batch_size_of(scheduler, args)})
 
         now = time.time()
-        train_seconds_now = train_seconds + now - start_time
         sps = int((global_step - start_step) / max(now - start_time, 1e-9))
         if vector_steps % args.scalar_every == 0 or global_step >= args.total_timesteps:
-            writer.add_scalar("charts/SPS", sps, global_step)
-            writer.add_scalar("charts/epsilon", epsilon, global_step)
-            writer.add_scalar("charts/per_beta", per_beta_now(), global_step)
-            if losses:
-                writer.add_scalar("losses/td_loss", np.mean(losses), global_step)
-                writer.add_scalar("losses/q_values", np.mean(mean_qs), global_step)
-            for phase, seconds in perf.items():
-                writer.add_scalar(f"perf/{phase}_seconds", seconds, global_step)
-            if device.type == "cuda":  # with the phase sums, so a run stopped by a signal reports its peak too
-                writer.add_scalar("perf/cuda_peak_bytes", torch.cuda.max_memory_allocated(device), global_step)
+            mean_losses = {"losses/td_loss": np.mean(losses), "losses/q_values": np.mean(mean_qs)} if losses else {}
+            log_scalars(writer, global_step, {"charts/SPS": sps, "charts/epsilon": epsilon,
+                                              "charts/per_beta": per_beta_at(global_step, args), **mean_losses},
+                        perf, device)
             losses, mean_qs = [], []
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
-            eta = max(args.total_timesteps - global_step, 0) / max(sps, 1)
-            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{args.total_timesteps} | SPS {sps} | batch {batch_size_now()} "
-                  f"| delta_bar {scheduler.delta_bar:.3f} | grad steps {grad_steps} | buffer {replay.num_transitions} "
-                  f"| eps {epsilon:.3f} | return {ret} "
-                  f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}", flush=True)
+            print(progress_line(global_step, args.total_timesteps, sps,
+                                f"batch {batch_size_of(scheduler, args)} | delta_bar {scheduler.delta_bar:.3f} "
+                                f"| grad steps {grad_steps} | buffer {replay.num_transitions} | eps {epsilon:.3f}",
+                                recent_returns), flush=True)
 
-        crossed = (args.checkpoint_every
-                   and global_step // args.checkpoint_every > (global_step - E) // args.checkpoint_every)
-        stop = bool(stop_signal)
-        if crossed or stop or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds_now, now, global_step
+        if stop_signal:
+            train_seconds += now - start_time
+            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
+                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
+                          f"resume with --resume {checkpoint_path}")
+        if crossed(args.checkpoint_every, global_step - E, global_step) or global_step >= args.total_timesteps:
+            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
             save_checkpoint()
-        if stop:
-            print(f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                  f"resume with --resume {checkpoint_path}")
-            writer.close()
-            sys.exit(128 + stop_signal[0])
     envs.close()
     train_seconds += time.time() - start_time
 
-    # Training is checkpointed; a signal during evaluation simply ends the process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    release_stop_signals()
     if args.save_model:
         atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
     returns, lengths, capped = ([], [], 0)
@@ -1178,16 +1257,4 @@ if __name__ == "__main__":
         returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
-    summary = summarize_eval(returns, lengths, capped)
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({capped} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": os.path.basename(__file__)[: -len(".py")], "env_id": args.env_id, "seed": args.seed,
-        "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        wandb.finish()
+    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
