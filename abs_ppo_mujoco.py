@@ -358,9 +358,9 @@ def make_envs(env_id, num_envs, gamma):
 
 
 # ================================================================ run machinery (not the algorithm)
-# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
-# VALIDATION table, its environment check, the checkpoint state of the normalisation statistics and evaluate(),
-# this section is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from each
+# script's VALIDATION table, environment checks, checkpointed environment state and evaluate(), this section
+# is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 

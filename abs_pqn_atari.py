@@ -357,9 +357,9 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
 
 
 # ================================================================ run machinery (not the algorithm)
-# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from the
-# VALIDATION table, its environment check and evaluate(), this section is the same text in the four scripts
-# (a test compares them), so a fix in one is copied to all.
+# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from each
+# script's VALIDATION table, environment checks, checkpointed environment state and evaluate(), this section
+# is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
