@@ -244,9 +244,13 @@ class ABSScheduler:
     def num_steps(self) -> int:
         return round_half_up(self.L)
 
-    def update(self, delta: float) -> int:
+    def record(self, delta: float) -> None:
+        """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
         self.history.append(delta)
         self.num_measurements += 1
+
+    def update(self, delta: float) -> int:
+        self.record(delta)
         if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
@@ -1111,8 +1115,7 @@ if __name__ == "__main__":
     greedy, greedy_snapshot = GreedyQ(q_network), GreedyQ(snapshot)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
     E = args.num_envs
-    # Fixed-batch mode (--no-adapt) is the same loop with B_min = B_max = --batch-size: the scheduler still records
-    # the divergence (for --track-divergence) but has no room to move the batch.
+    # Fixed-batch mode (--no-adapt): the batch is --batch-size throughout; the scheduler only records divergences.
     B_min, B_max = (args.batch_size_min, args.batch_size_max) if args.adapt else (args.batch_size, args.batch_size)
     scheduler = ABSScheduler(B_min, B_max, args.window, args.ema_beta, args.divergence_low,
                              args.divergence_high, args.schedule)
@@ -1212,7 +1215,10 @@ if __name__ == "__main__":
             if ref_states is not None and grad_steps == measure_at:
                 with timed(perf, "adapt"):
                     delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
-                    scheduler.update(delta)  # with --no-adapt B_min = B_max: delta is recorded, the batch stays
+                    if args.adapt:
+                        scheduler.update(delta)
+                    else:  # fixed batch: the divergence is only logged (--track-divergence)
+                        scheduler.record(delta)
                     ref_states = None
                 log_scalars(writer, global_step, {
                     "adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar,

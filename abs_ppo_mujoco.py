@@ -189,9 +189,13 @@ class ABSScheduler:
         lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
         return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
 
-    def update(self, delta: float) -> int:
+    def record(self, delta: float) -> None:
+        """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
         self.history.append(delta)
         self.num_measurements += 1
+
+    def update(self, delta: float) -> int:
+        self.record(delta)
         if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
@@ -766,8 +770,8 @@ if __name__ == "__main__":
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
     E = args.num_envs
-    # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps: the scheduler still records
-    # the KL (for --track-divergence) but has no room to move L. ABS rounds L to a multiple of the minibatch count.
+    # Fixed-batch mode (--no-adapt): L = --num-steps throughout; the scheduler only records divergences.
+    # ABS rounds L to a multiple of the minibatch count.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.kl_low, args.kl_high, args.schedule,
                              multiple=args.num_minibatches if args.adapt else 1)
@@ -855,7 +859,10 @@ if __name__ == "__main__":
             with timed(perf, "adapt"):
                 ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
                 delta = behavioral_divergence(agent, snapshot, b_obs[ref])
-                scheduler.update(delta)
+                if args.adapt:
+                    scheduler.update(delta)
+                else:  # fixed batch: the KL is only logged (--track-divergence)
+                    scheduler.record(delta)
             new_L = scheduler.num_steps
             log_scalars(writer, global_step, {
                 "adapt/kl": delta, "adapt/kl_mean": scheduler.delta_bar, "adapt/num_steps": new_L,

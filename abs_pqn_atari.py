@@ -196,9 +196,13 @@ class ABSScheduler:
     def num_steps(self) -> int:
         return round_half_up(self.L)
 
-    def update(self, delta: float) -> int:
+    def record(self, delta: float) -> None:
+        """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
         self.history.append(delta)
         self.num_measurements += 1
+
+    def update(self, delta: float) -> int:
+        self.record(delta)
         if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
@@ -738,8 +742,7 @@ if __name__ == "__main__":
     # Acting and learning go through q_forward; checkpoints and the divergence use the plain float32 module.
     q_forward = torch.compile(q_network) if args.compile else q_network
     E = args.num_envs
-    # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps: the scheduler still records
-    # the divergence (for --track-divergence) but has no room to move L.
+    # Fixed-batch mode (--no-adapt): L = --num-steps throughout; the scheduler only records divergences.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.divergence_low,
                              args.divergence_high, args.schedule)
@@ -833,7 +836,10 @@ if __name__ == "__main__":
             with timed(perf, "adapt"):
                 ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
                 delta = behavioral_divergence(q_network, snapshot, b_obs[ref])
-                scheduler.update(delta)
+                if args.adapt:
+                    scheduler.update(delta)
+                else:  # fixed batch: the divergence is only logged (--track-divergence)
+                    scheduler.record(delta)
             new_L = scheduler.num_steps
             log_scalars(writer, global_step, {
                 "adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar, "adapt/num_steps": new_L,
