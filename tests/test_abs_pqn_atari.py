@@ -111,6 +111,17 @@ def test_clamped_and_falls_back_to_L_min():
     assert s.num_steps == 16
 
 
+def test_record_keeps_the_window_mean_without_moving_L():
+    # Fixed-batch baselines (--no-adapt --track-divergence) log the divergence's window mean; L never moves.
+    s = pqn.ABSScheduler(32, 32, window=2, beta=0.1, delta_min=0.05, delta_max=0.95)
+    for d in (0.9, 0.1, 0.3):
+        s.record(d)
+    assert s.L == 32.0 and s.num_steps == 32 and s.delta_bar == pytest.approx(0.2) and s.num_measurements == 3
+    t = pqn.ABSScheduler(16, 64, window=2, beta=1.0, delta_min=0.05, delta_max=0.95)
+    t.record(0.01)
+    assert t.L == 16.0 and t.update(0.01) == 64  # a recorded measurement counts towards the window
+
+
 def test_scheduler_state_roundtrip():
     s = pqn.ABSScheduler(16, 64, window=3, beta=0.1, delta_min=0.05, delta_max=0.95)
     for d in (0.3, 0.2, 0.1, 0.05):
