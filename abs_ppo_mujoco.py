@@ -3,11 +3,13 @@
 Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
 Behavioral Divergence, here the analytic KL(pi_new || pi_old) between the diagonal Gaussian policies before and
 after an update, and maps it on a log scale to the rollout length L: a settling policy gets a larger batch.
-`--no-adapt --num-steps 2048` is CleanRL's continuous PPO (ppo_continuous_action.py).
+`--divergence ess` schedules on a scale-free alternative in [0, 1] instead: 1 - ESS/n, the effective sample size
+of the ratios pi_new / pi_old at the actions the old policy took. `--no-adapt --num-steps 2048` is CleanRL's
+continuous PPO (ppo_continuous_action.py).
 
     python abs_ppo_mujoco.py --env-id HalfCheetah-v4 --seed 1     # --help lists every flag
 
-Reading order: Args; the paper's method (the ABS schedule and the KL, then PPO); the run machinery
+Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); the run machinery
 (flag checks, checkpoints, evaluation, files); the training loop at the bottom.
 """
 import copy
@@ -106,19 +108,28 @@ class Args:
     num_steps_max: int = 8192
     """L_max, the longest rollout ABS uses (storage is allocated at this length)"""
     adapt_freq: int = 10
-    """K: measure the KL every K iterations"""
+    """K: measure the divergences every K iterations"""
     window: int = 10
     """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
     ema_beta: float = 0.1
     """beta of the EMA that moves L towards its target"""
+    divergence: str = "kl"
+    """the divergence the schedule uses: kl (the paper: mean KL in nats, bounds --kl-low/--kl-high) | ess
+    (1 - ESS/n of the policy ratios at the rollout's actions, in [0, 1], bounds --ess-low/--ess-high)"""
     kl_low: float = 0.01
-    """delta_min: a mean KL at or below this gives L_max"""
+    """delta_min of --divergence kl: a mean KL at or below this gives L_max"""
     kl_high: float = 0.1
-    """delta_max: a mean KL at or above this gives L_min"""
+    """delta_max of --divergence kl: a mean KL at or above this gives L_min"""
+    ess_low: float = 0.02
+    """delta_min of --divergence ess: a mean 1 - ESS/n at or below this gives L_max (provisional: about 2 x --kl-low,
+    since 1 - ESS/n ~ chi^2 ~ 2 KL for small policy changes)"""
+    ess_high: float = 0.2
+    """delta_max of --divergence ess: a mean 1 - ESS/n at or above this gives L_min (provisional: about 2 x
+    --kl-high)"""
     ref_batch_size: int = 2048
-    """M: rollout states on which the KL is measured"""
+    """M: rollout states (and their actions) on which the divergences are measured"""
     schedule: str = "log"
-    """interpolation of L between the KL bounds: log | linear"""
+    """interpolation of L between the divergence bounds: log | linear"""
     update_epochs: int = 10
     """base epochs at the reference length"""
     epochs_ref_steps: int = 2048
@@ -126,7 +137,7 @@ class Args:
     min_update_epochs: int = 1
     """floor of the epoch rule (PPO: 1, so L=1024 gets 5 epochs)"""
     track_divergence: bool = False
-    """with --no-adapt, still measure and log the KL every K iterations"""
+    """with --no-adapt, still measure and log both divergences every K iterations"""
 
     # Evaluation
     eval_episodes: int = 10
@@ -134,6 +145,7 @@ class Args:
 
 
 SCHEDULES = ("log", "linear")
+DIVERGENCES = ("kl", "ess")
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads",
@@ -221,6 +233,38 @@ def gaussian_kl(mean_new, std_new, mean_old, std_old):
 def behavioral_divergence(agent_new: nn.Module, agent_old: nn.Module, states: torch.Tensor) -> float:
     """delta: the mean over the states of KL(pi_new || pi_old), the analytic KL of the Gaussian policies."""
     return gaussian_kl(*agent_new.policy(states), *agent_old.policy(states)).mean().item()
+
+
+def gaussian_log_ratio(actions, mean_new, std_new, mean_old, std_old):
+    """log pi_new(a|s) - log pi_old(a|s) of diagonal Gaussians, summed over the last dim, in float64 (the
+    normalising constants cancel)."""
+    a, m_new, s_new, m_old, s_old = (x.double() for x in (actions, mean_new, std_new, mean_old, std_old))
+    return ((a - m_old).pow(2) / (2.0 * s_old.pow(2)) - (a - m_new).pow(2) / (2.0 * s_new.pow(2))
+            + torch.log(s_old / s_new)).sum(dim=-1)
+
+
+def ess_divergence(log_ratios) -> float:
+    """delta_ESS = 1 - ESS/n of the importance weights w = exp(log_ratios), ESS/n = (sum w)^2 / (n sum w^2).
+
+    0 when all weights are equal (the policy did not move, or every ratio was scaled alike), towards 1 - 1/n as one
+    weight dominates. Computed from the log weights with logsumexp in float64, because the weights themselves
+    overflow (float32 at log w ~ 88, their squares at ~ 44) long before their ratio ESS/n is in doubt."""
+    log_w = torch.as_tensor(log_ratios, dtype=torch.float64).reshape(-1)
+    log_ess_fraction = (2.0 * torch.logsumexp(log_w, 0) - torch.logsumexp(2.0 * log_w, 0)
+                        - math.log(log_w.numel()))
+    # -expm1 keeps the digits of a small divergence; ESS/n <= 1 (Cauchy-Schwarz), the clamp only removes rounding.
+    return min(max(0.0, -torch.expm1(log_ess_fraction).item()), 1.0)  # 0.0 first: max(-0.0, 0.0) is -0.0
+
+
+@torch.no_grad()
+def policy_divergences(agent_new: nn.Module, agent_old: nn.Module, states: torch.Tensor,
+                       actions: torch.Tensor) -> tuple[float, float]:
+    """(mean KL, delta_ESS) from one forward pass of each policy on the M reference states. The KL is
+    behavioral_divergence's; delta_ESS weighs the actions the old policy took at those states (the rollout's, since
+    the snapshot acted during the measured rollout) by pi_new / pi_old."""
+    new, old = agent_new.policy(states), agent_old.policy(states)
+    kl = gaussian_kl(*new, *old).mean().item()
+    return kl, ess_divergence(gaussian_log_ratio(actions, *new, *old))
 
 
 # ================================================================ PPO: agent, GAE, update, environments
@@ -428,7 +472,7 @@ def is_mujoco(env_id: str) -> bool:
 # Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
 # One-flag rows come first so that the rows relating several flags may divide by them.
 VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
+    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES), one_of("divergence", DIVERGENCES),
     ("--env-id", lambda a: is_mujoco(a.env_id),
      lambda a: f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {a.env_id!r}"),
     *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
@@ -436,11 +480,14 @@ VALIDATION = [
     *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads", "ent_coef", "vf_coef"),
     *positive("learning_rate", "clip_coef", "max_grad_norm", "kl_low"),
     *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
+    *[rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in ("ess_low", "ess_high")],  # 1 - ESS/n lies in [0, 1]
     *probability("gae_lambda"),
     ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
      lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
     ("--kl-high", lambda a: a.kl_low < a.kl_high,
      lambda a: f"--kl-low and --kl-high must satisfy 0 < low < high, got {a.kl_low} and {a.kl_high}"),
+    ("--ess-high", lambda a: a.ess_low < a.ess_high,
+     lambda a: f"--ess-low and --ess-high must satisfy 0 < low < high <= 1, got {a.ess_low} and {a.ess_high}"),
     # Every L the run may use must split into equal minibatches: ABS rounds L to a multiple of the minibatch count.
     ("--num-minibatches", lambda a: not a.adapt or multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)[0]
      <= multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)[1],
@@ -771,10 +818,14 @@ if __name__ == "__main__":
     snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
     E = args.num_envs
     # Fixed-batch mode (--no-adapt): L = --num-steps throughout; the scheduler only records divergences.
-    # ABS rounds L to a multiple of the minibatch count.
+    # ABS rounds L to a multiple of the minibatch count. Both divergences are measured and logged; the scheduler
+    # gets the one --divergence selects.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
-    scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.kl_low, args.kl_high, args.schedule,
+    use_ess = args.divergence == "ess"
+    delta_min, delta_max = (args.ess_low, args.ess_high) if use_ess else (args.kl_low, args.kl_high)
+    scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, delta_min, delta_max, args.schedule,
                              multiple=args.num_minibatches if args.adapt else 1)
+    mean_tag, bar_name = ("adapt/divergence_ess_mean", "ess_bar") if use_ess else ("adapt/kl_mean", "kl_bar")
     buf = allocate_storage(L_max, E, obs_dim, act_dim, device)  # buf[name][t]: step t of the rollout
     storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
 
@@ -839,12 +890,11 @@ if __name__ == "__main__":
                 advantages = gae(buf["rewards"][:L], buf["values"][:L], buf["dones"][:L], agent.get_value(next_obs),
                                  args.gamma, args.gae_lambda)
                 returns = advantages + buf["values"][:L]
-            b_obs = buf["obs"][:L].reshape(L * E, obs_dim)
+            b_obs, b_actions = buf["obs"][:L].reshape(L * E, obs_dim), buf["actions"][:L].reshape(L * E, act_dim)
             b_values, b_returns = buf["values"][:L].reshape(-1), returns.reshape(-1)
             try:
-                stats = ppo_update(agent, optimizer, b_obs, buf["actions"][:L].reshape(L * E, act_dim),
-                                   buf["logprobs"][:L].reshape(-1), advantages.reshape(-1), b_returns, b_values,
-                                   epochs, args)
+                stats = ppo_update(agent, optimizer, b_obs, b_actions, buf["logprobs"][:L].reshape(-1),
+                                   advantages.reshape(-1), b_returns, b_values, epochs, args)
             except NonFiniteLoss as e:
                 train_seconds += time.time() - start_time  # up to now, like the perf sums
                 failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
@@ -858,14 +908,14 @@ if __name__ == "__main__":
         if measure:
             with timed(perf, "adapt"):
                 ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
-                delta = behavioral_divergence(agent, snapshot, b_obs[ref])
+                kl, ess = policy_divergences(agent, snapshot, b_obs[ref], b_actions[ref])
                 if args.adapt:
-                    scheduler.update(delta)
-                else:  # fixed batch: the KL is only logged (--track-divergence)
-                    scheduler.record(delta)
+                    scheduler.update(ess if use_ess else kl)
+                else:  # fixed batch: the divergences are only logged (--track-divergence)
+                    scheduler.record(ess if use_ess else kl)
             new_L = scheduler.num_steps
             log_scalars(writer, global_step, {
-                "adapt/kl": delta, "adapt/kl_mean": scheduler.delta_bar, "adapt/num_steps": new_L,
+                "adapt/kl": kl, "adapt/divergence_ess": ess, mean_tag: scheduler.delta_bar, "adapt/num_steps": new_L,
                 "adapt/batch_size": new_L * E, "adapt/update_epochs": update_epochs_for(
                     new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)})
         iteration += 1
@@ -879,7 +929,7 @@ if __name__ == "__main__":
         if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
             last_print = now
             print(progress_line(global_step, args.total_timesteps, sps,
-                                f"L {L} | kl_bar {scheduler.delta_bar:.4f} | epochs {epochs}", recent_returns),
+                                f"L {L} | {bar_name} {scheduler.delta_bar:.4f} | epochs {epochs}", recent_returns),
                   flush=True)
 
         if stop_signal:

@@ -34,10 +34,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
 BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco")
 RETURN_TAG = "charts/episodic_return"
-DIVERGENCE_TAGS = ("adapt/divergence", "adapt/kl")  # PQN/BTR: greedy-action change; PPO: KL
+# PQN/BTR: greedy-action change; PPO: KL, or 1 - ESS/n of the policy ratios (--divergence ess)
+DIVERGENCE_TAGS = ("adapt/divergence", "adapt/kl", "adapt/divergence_ess")
 SIZE_TAGS = ("adapt/num_steps", "adapt/batch_size")
 UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed)",
          "adapt/kl": "divergence δ = KL (nats)",
+         "adapt/divergence_ess": "divergence δ = 1 - ESS/n\n(policy ratios)",
          "adapt/num_steps": "rollout length L (steps per env)",
          "adapt/batch_size": "batch size (transitions per update)"}
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")
@@ -173,6 +175,13 @@ class Run:
     total_steps: int
     total_timesteps: int  # the run's --total-timesteps (its planned length)
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
+    divergence_tags: tuple = DIVERGENCE_TAGS[:2]  # the divergence its schedule used (divergence_tags())
+
+
+def divergence_tags(args: dict) -> tuple[str, ...]:
+    """The divergence tags a run's figure shows: the one its schedule used. PPO logs the KL and 1 - ESS/n in either
+    mode; with --divergence ess its schedule ran on adapt/divergence_ess, otherwise on the KL (PQN/BTR: their own)."""
+    return ("adapt/divergence_ess",) if args.get("divergence") == "ess" else DIVERGENCE_TAGS[:2]
 
 
 def read_run(label: str, run_dir: Path) -> Run:
@@ -186,7 +195,8 @@ def read_run(label: str, run_dir: Path) -> Run:
         raise ValueError(f"non-finite evaluation score {score}")
     total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)
     planned = int(r.get("total_timesteps") or args.get("total_timesteps") or total)
-    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total, planned)
+    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total, planned,
+               divergence_tags=divergence_tags(args))
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
@@ -262,7 +272,7 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
     for label in data:
         for game in data[label].values():
             for run in game.values():
-                run.scalars = load_scalars(run.path, (RETURN_TAG, *DIVERGENCE_TAGS, *SIZE_TAGS))
+                run.scalars = load_scalars(run.path, (RETURN_TAG, *run.divergence_tags, *SIZE_TAGS))
     return data, games, notes
 
 

@@ -1,4 +1,5 @@
-"""Tests of abs_ppo_mujoco.py: the KL, the schedule, the epoch rule, and tiny end-to-end runs on MuJoCo.
+"""Tests of abs_ppo_mujoco.py: the KL and delta_ESS, the schedule, the epoch rule, and tiny end-to-end runs on
+MuJoCo.
 
 The end-to-end runs are subprocesses with tiny settings (InvertedPendulum-v5, a few thousand steps).
 `-m learning` runs the slow learning check (InvertedPendulum-v5, 200k steps, mean eval return >= 900).
@@ -103,6 +104,113 @@ def test_behavioral_divergence_of_agents():
     m_old, s_old = old.policy(states)
     expected = kl_divergence(Independent(Normal(m_new, s_new), 1), Independent(Normal(m_old, s_old), 1)).mean().item()
     assert ppo.behavioral_divergence(agent, old, states) == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------- delta_ESS = 1 - ESS/n of the policy ratios
+def direct_ess_divergence(log_ratios):
+    """The formula written out on the weights themselves (float64; overflows where the log-space one does not)."""
+    w = np.exp(np.asarray(log_ratios, dtype=np.float64))
+    return 1.0 - w.sum() ** 2 / (len(w) * (w ** 2).sum())
+
+
+def test_ess_divergence_hand_examples():
+    assert ppo.ess_divergence(torch.full((50,), 0.7, dtype=torch.float64)) == pytest.approx(0.0, abs=1e-12)
+    assert ppo.ess_divergence(torch.zeros(8)) == 0.0  # the policy did not move (and not -0.0)
+    assert ppo.ess_divergence(torch.zeros(1)) == 0.0  # one sample has ESS 1 of 1
+    # w = 1, 2, 3, 2: sum 8, sum of squares 1 + 4 + 9 + 4 = 18, ESS/n = 8^2 / (4 * 18) = 8/9, delta = 1/9.
+    assert ppo.ess_divergence(np.log([1.0, 2.0, 3.0, 2.0])) == pytest.approx(1 / 9, rel=1e-12)
+    # w = 1, 4, 1: ESS/n = 36 / (3 * 18) = 2/3, delta = 1/3.
+    assert ppo.ess_divergence(torch.log(torch.tensor([1.0, 4.0, 1.0], dtype=torch.float64))) == pytest.approx(1 / 3)
+    # One ratio dominates: ESS -> 1 of n.
+    n = 100
+    dominant = ppo.ess_divergence(torch.tensor([0.0] * (n - 1) + [30.0], dtype=torch.float64))
+    assert dominant == pytest.approx(1 - 1 / n, abs=1e-9) and dominant < 1 - 1 / n
+    rng = np.random.default_rng(0)
+    lw = rng.normal(0.0, 0.5, size=200)
+    assert ppo.ess_divergence(lw) == pytest.approx(direct_ess_divergence(lw), rel=1e-12)
+    assert isinstance(ppo.ess_divergence(lw), float)
+
+
+def test_ess_divergence_is_invariant_to_scaling_every_ratio():
+    lw = np.random.default_rng(1).normal(0.0, 1.0, size=64)
+    base = ppo.ess_divergence(lw)
+    assert 0.0 < base < 1.0
+    for shift in (-40.0, -3.0, 2.5, 45.0, 700.0):  # w -> w * e^shift; e^700 overflows in float32 and nearly in float64
+        assert ppo.ess_divergence(lw + shift) == pytest.approx(base, rel=1e-9)
+
+
+def test_ess_divergence_is_stable_for_large_log_ratios():
+    # +-50: the weights reach e^50 (e^100 squared), finite in float64, where the direct formula is the reference.
+    assert ppo.ess_divergence([-50.0, 50.0, 50.0, -50.0]) == pytest.approx(0.5, rel=1e-12)  # two of four count
+    rng = np.random.default_rng(2)
+    for lw in (rng.uniform(-50.0, 50.0, size=1000), rng.normal(0.0, 20.0, size=500).clip(-50, 50),
+               np.array([50.0] * 3 + [-50.0] * 997), np.array([-50.0] * 10)):
+        ours, direct = ppo.ess_divergence(lw), direct_ess_divergence(lw)
+        assert math.isfinite(direct) and math.isfinite(ours) and 0.0 <= ours <= 1.0
+        assert ours == pytest.approx(direct, rel=1e-9, abs=1e-12)
+    # float32 log ratios are computed in float64: the same as the float64 copy of the same numbers.
+    lw32 = torch.tensor(rng.uniform(-50.0, 50.0, size=300), dtype=torch.float32)
+    assert ppo.ess_divergence(lw32) == ppo.ess_divergence(lw32.double())
+    # Far beyond: the direct formula overflows (inf / inf), the log-space one does not.
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert not math.isfinite(direct_ess_divergence([0.0, 800.0]))
+    assert ppo.ess_divergence([0.0, 800.0]) == pytest.approx(0.5)  # w = 1, e^800: ESS 1 of 2
+    assert ppo.ess_divergence([-1000.0, 1000.0, 0.0]) == pytest.approx(2 / 3)
+    assert 0.0 <= ppo.ess_divergence(rng.uniform(-1e4, 1e4, size=100)) <= 1.0
+
+
+def perturbed_agents(seed=0, size=1.0):
+    torch.manual_seed(seed)
+    new = ppo.Agent(4, 2)
+    old = copy.deepcopy(new)
+    with torch.no_grad():
+        new.actor_logstd += size * torch.tensor([[0.2, -0.1]])
+        new.actor_mean[-1].bias += size * torch.tensor([0.3, -0.2])
+    return new, old
+
+
+def test_policy_divergences_against_torch_normal():
+    new, old = perturbed_agents()
+    states = torch.randn(300, 4)
+    with torch.no_grad():
+        actions = old.get_action_and_value(states)[0]  # the old policy acts, as in the measured rollout
+        m_new, s_new = (x.double() for x in new.policy(states))
+        m_old, s_old = (x.double() for x in old.policy(states))
+    log_w = Normal(m_new, s_new).log_prob(actions.double()).sum(-1) - Normal(m_old, s_old).log_prob(
+        actions.double()).sum(-1)
+    w = log_w.exp()
+    expected_ess = (1.0 - w.sum() ** 2 / (len(w) * (w ** 2).sum())).item()
+    expected_kl = kl_divergence(Independent(Normal(m_new, s_new), 1), Independent(Normal(m_old, s_old), 1)).mean()
+    torch.testing.assert_close(ppo.gaussian_log_ratio(actions, m_new, s_new, m_old, s_old), log_w)
+    kl, ess = ppo.policy_divergences(new, old, states, actions)
+    assert kl == pytest.approx(expected_kl.item(), rel=1e-5)
+    assert kl == ppo.behavioral_divergence(new, old, states)  # the paper's KL, unchanged
+    assert ess == pytest.approx(expected_ess, rel=1e-9) and 0.0 < ess < 1.0
+    same = copy.deepcopy(old)
+    kl0, ess0 = ppo.policy_divergences(same, old, states, actions)
+    assert kl0 == pytest.approx(0.0, abs=1e-7) and ess0 == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ess_divergence_is_about_twice_the_kl_for_a_small_change():
+    # The reason the provisional --ess-low/--ess-high are about twice the KL bounds: delta_ESS ~ chi^2 ~ 2 KL.
+    new, old = perturbed_agents(2, size=0.1)
+    states = torch.randn(20_000, 4)
+    with torch.no_grad():
+        actions = old.get_action_and_value(states)[0]
+    kl, ess = ppo.policy_divergences(new, old, states, actions)
+    assert 1e-3 < kl < 1e-2 and ess / kl == pytest.approx(2.0, rel=0.2)
+
+
+def test_policy_divergences_runs_each_policy_once():
+    new, old = perturbed_agents(1)
+    calls = []
+    for name, agent in (("new", new), ("old", old)):
+        forward = agent.policy
+        agent.policy = lambda x, forward=forward, name=name: calls.append(name) or forward(x)
+    states = torch.randn(20, 4)
+    actions = torch.randn(20, 2)
+    ppo.policy_divergences(new, old, states, actions)
+    assert sorted(calls) == ["new", "old"]  # no forward pass beyond the KL's
 
 
 # ---------------------------------------------------------------- the schedule and the epoch rule
@@ -229,6 +337,31 @@ def test_bad_flags_in_process(argv, flag, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0]
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--divergence", "chi2"], "--divergence"),
+    (["--ess-low", "0"], "--ess-low"),
+    (["--ess-high", "1.5"], "--ess-high"),
+    (["--divergence", "ess", "--ess-low", "0.3", "--ess-high", "0.2"], "--ess-high"),
+    (["--divergence", "ess", "--ess-low", "0.2", "--ess-high", "0.2"], "--ess-low"),
+])
+def test_bad_divergence_flags_in_process(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        ppo.parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0], err
+
+
+def test_divergence_flags_parse(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    default, _ = ppo.parse_args([])
+    assert default.divergence == "kl" and 0 < default.ess_low < default.ess_high <= 1  # the paper's KL by default
+    args, _ = ppo.parse_args(["--divergence", "ess", "--ess-low", "0.05", "--ess-high", "1"])  # 1 is in the domain
+    assert (args.divergence, args.ess_low, args.ess_high) == ("ess", 0.05, 1.0)
+    assert "divergence" not in ppo.RUN_CONTROL_FLAGS  # it changes the schedule: a --resume keeps the checkpoint's
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("argv", [["--env-id", "Breakout-v5"], ["--kl-low", "0.1", "--kl-high", "0.05"]])
 def test_bad_flags_exit_2_and_create_nothing(tmp_path, argv):
     out = tmp_path / "runs"
@@ -336,6 +469,80 @@ def test_end_to_end_no_adapt_track_divergence(tmp_path):
     assert ckpt["scheduler"]["num_measurements"] == 16 and ckpt["scheduler"]["L"] == 128
 
 
+def test_end_to_end_kl_mode_also_logs_ess(abs_run):
+    run_dir, r = abs_run
+    sc = scalars(run_dir)
+    assert [s for s, _ in sc["adapt/divergence_ess"]] == [s for s, _ in sc["adapt/kl"]]
+    assert all(0.0 <= v <= 1.0 for _, v in sc["adapt/divergence_ess"])
+    assert "adapt/divergence_ess_mean" not in sc  # the window mean is the KL's, adapt/kl_mean
+    assert "| kl_bar " in r.stdout and "ess_bar" not in r.stdout
+
+
+# Bounds around the tiny run's delta_ESS (about 1e-4 on InvertedPendulum), so that the log interpolation is used.
+ESS_BOUNDS = ["--ess-low", "0.00005", "--ess-high", "0.001"]
+
+
+@pytest.fixture(scope="module")
+def ess_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ess")
+    r = run_script([*TINY, "--divergence", "ess", *ESS_BOUNDS, "--output-dir", str(out), "--run-name", "ess"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return out / "ess", r
+
+
+def test_end_to_end_ess_logs_both_divergences(ess_run):
+    run_dir, r = ess_run
+    res = json.loads((run_dir / "eval_results.json").read_text())
+    assert res["args"]["divergence"] == "ess" and (res["args"]["ess_low"], res["args"]["ess_high"]) == (5e-5, 1e-3)
+    sc = scalars(run_dir)
+    tags = ["adapt/kl", "adapt/divergence_ess", "adapt/divergence_ess_mean", "adapt/num_steps", "adapt/batch_size",
+            "adapt/update_epochs"]
+    assert all(t in sc for t in tags) and "adapt/kl_mean" not in sc
+    steps = [s for s, _ in sc["adapt/kl"]]
+    assert len(steps) > 5 and all([s for s, _ in sc[t]] == steps for t in tags)  # at the same global steps
+    ess = [v for _, v in sc["adapt/divergence_ess"]]
+    assert all(0.0 < v < 1.0 for v in ess) and all(v >= 0.0 for _, v in sc["adapt/kl"])
+    # The logged window mean is the mean of the last W = 2 logged deltas (float32 in the event file).
+    means = [v for _, v in sc["adapt/divergence_ess_mean"]]
+    assert means == pytest.approx([np.mean(ess[max(0, i - 1): i + 1]) for i in range(len(ess))], rel=1e-5)
+    assert "| ess_bar " in r.stdout and "kl_bar" not in r.stdout
+
+
+def test_end_to_end_ess_schedule_follows_the_logged_deltas(ess_run):
+    run_dir, _ = ess_run
+    sc = scalars(run_dir)
+    ess = [v for _, v in sc["adapt/divergence_ess"]]
+    L = [int(v) for _, v in sc["adapt/num_steps"]]
+    # Replay the logged deltas through the script's scheduler with TINY's settings: L in [64, 256], W = 2,
+    # beta 0.1 (default), log schedule, L rounded to a multiple of 4 minibatches. (The logged deltas are float32,
+    # far from moving L across a rounding boundary.)
+    replay = ppo.ABSScheduler(64, 256, window=2, beta=0.1, delta_min=5e-5, delta_max=1e-3, schedule="log", multiple=4)
+    assert [replay.update(d) for d in ess] == L
+    assert L[0] == 64 and max(L) > 64 and all(x % 4 == 0 for x in L)
+    # The first step after the burn-in by hand: target = 256 - alpha * (256 - 64) with alpha the log position of the
+    # window mean between the bounds, EMA from L_min = 64, then rounded half up to a multiple of 4.
+    d_bar = (ess[0] + ess[1]) / 2
+    clipped = min(max(d_bar, 5e-5), 1e-3)
+    alpha = math.log(clipped / 5e-5) / math.log(1e-3 / 5e-5)
+    L1 = 0.9 * 64 + 0.1 * (256 - alpha * 192)
+    assert L[1] == 4 * math.floor(L1 / 4 + 0.5)
+    inside = [np.mean(ess[max(0, i - 1): i + 1]) for i in range(1, len(ess))]
+    assert any(5e-5 < m < 1e-3 for m in inside), inside  # the interpolation, not only the bounds, was used
+    assert [int(v) for _, v in sc["adapt/update_epochs"]] == [ppo.update_epochs_for(x, 10, 2048) for x in L]
+
+
+def test_end_to_end_no_adapt_track_divergence_logs_both(tmp_path):
+    r = run_script([*TINY, "--no-adapt", "--num-steps", "128", "--track-divergence", "--divergence", "ess",
+                    "--total-timesteps", "1024", "--eval-episodes", "0", "--output-dir", str(tmp_path),
+                    "--run-name", "fixed"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    sc = scalars(tmp_path / "fixed")
+    assert {int(v) for _, v in sc["adapt/num_steps"]} == {128}  # measured and logged, never adapted
+    steps = [s for s, _ in sc["adapt/kl"]]
+    assert len(steps) == 8 and [s for s, _ in sc["adapt/divergence_ess"]] == steps
+    assert [s for s, _ in sc["adapt/divergence_ess_mean"]] == steps and "adapt/kl_mean" not in sc
+
+
 def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     run_dir, _ = abs_run
     copy_dir = tmp_path / "abs"
@@ -415,6 +622,9 @@ BAD_INPUTS = [
     (["--adapt-freq", "0"], "--adapt-freq"), (["--window", "0"], "--window"), (["--ema-beta", "0"], "--ema-beta"),
     (["--ema-beta", "1.5"], "--ema-beta"), (["--kl-low", "0"], "--kl-low"),
     (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"), (["--ref-batch-size", "0"], "--ref-batch-size"),
+    (["--divergence", "chi2"], "--divergence"), (["--ess-low", "0"], "--ess-low"), (["--ess-low", "-0.1"], "--ess-low"),
+    (["--ess-low", "1.5"], "--ess-low"), (["--ess-high", "0"], "--ess-high"), (["--ess-high", "1.01"], "--ess-high"),
+    (["--ess-low", "0.3", "--ess-high", "0.2"], "--ess-high"),
     (["--update-epochs", "0"], "--update-epochs"), (["--epochs-ref-steps", "0"], "--epochs-ref-steps"),
     (["--min-update-epochs", "0"], "--min-update-epochs"), (["--eval-episodes", "-1"], "--eval-episodes"),
     (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),

@@ -288,6 +288,33 @@ def test_mujoco_one_seed_raw_returns(tmp_path):
     assert not (tmp_path / "out" / "aggregates.png").exists() and (tmp_path / "out" / "adapt.png").exists()
 
 
+def test_adapt_figure_shows_the_divergence_each_ppo_run_scheduled_on(tmp_path):
+    """PPO logs adapt/kl and adapt/divergence_ess in either mode: a run with --divergence ess is drawn on its
+    adapt/divergence_ess, a KL run (and a run whose args predate the flag) on its adapt/kl."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for label, divergence in (("KL", "kl"), ("ESS", "ess"), ("OLD", None)):
+        run_dir = tmp_path / label / "a"
+        write_run(run_dir, "HalfCheetah-v4", 1, 1000.0, lambda s: s)
+        w = SummaryWriter(log_dir=str(run_dir))
+        for step in range(100, 1001, 100):
+            w.add_scalar("adapt/kl", 0.01, step)
+            w.add_scalar("adapt/divergence_ess", 0.02, step)
+            w.add_scalar("adapt/num_steps", 2048, step)
+        w.close()
+        res = json.loads((run_dir / "eval_results.json").read_text())
+        if divergence is not None:
+            res["args"]["divergence"] = divergence
+        (run_dir / "eval_results.json").write_text(json.dumps(res))
+    assert report.read_run("ESS", tmp_path / "ESS" / "a").divergence_tags == ("adapt/divergence_ess",)
+    assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in ("KL", "ESS", "OLD")), "--out",
+                        str(tmp_path / "out"), "--reps", "20", "--benchmark", "mujoco"]) == 0
+    with open(tmp_path / "out" / "adapt.csv") as f:
+        drawn = {(r["tag"], r["label"]) for r in csv.DictReader(f)}
+    assert drawn == {("adapt/kl", "KL"), ("adapt/kl", "OLD"), ("adapt/divergence_ess", "ESS"),
+                     *(("adapt/num_steps", lb) for lb in ("KL", "ESS", "OLD"))}
+
+
 def test_compare_pairs_and_mixed_lengths(tmp_path):
     """--compare picks the pairs (the scale grid's "ABS range vs the fixed baseline of the same network"); a label
     whose runs have different total_timesteps is refused unless --allow-mixed-timesteps."""

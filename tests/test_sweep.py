@@ -185,6 +185,19 @@ def test_mujoco_and_btr_expansion():
     assert runs[0].flags == ("--no-adapt", "--batch-size", "256") and runs[1].flags == ()
 
 
+def test_mujoco_ess_expansion_matches_the_mujoco_grid():
+    games, exps = sweep.load_config()
+    same = ("games", "seeds", "total_timesteps", "checkpoint_every", "env_suffix", "benchmark", "script")
+    assert {k: exps["mujoco-ess"][k] for k in same} == {k: exps["mujoco"][k] for k in same}
+    runs = builtin("mujoco-ess")
+    assert len(runs) == 45 and {r.label for r in runs} == {"PPO", "PPO+ABS", "PPO+ABS-ESS"}
+    assert {r.env_id for r in runs} == {r.env_id for r in builtin("mujoco")}
+    assert [r.flags for r in runs[:3]] == [("--no-adapt", "--num-steps", "2048"), ("--divergence", "kl"),
+                                           ("--divergence", "ess")]
+    assert sweep.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
+        "PPO+ABS-ESS", [("PPO+ABS", "PPO"), ("PPO+ABS-ESS", "PPO")])
+
+
 def test_every_builtin_label_is_accepted_by_its_script(capsys):
     # Each label's command line (the first game's, and every MuJoCo task) parses and validates in its script,
     # without creating anything: a flag renamed in a script or a bad env id in the grid fails here.
