@@ -733,7 +733,8 @@ def release_stop_signals():
 
 @contextmanager
 def timed(perf: dict, phase: str):
-    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags)."""
+    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags). A block left
+    by an exception adds nothing: a failing step is not part of the measured time."""
     start = time.perf_counter()
     yield
     perf[phase] += time.perf_counter() - start
@@ -745,10 +746,10 @@ def crossed(every: int, before: int, after: int) -> bool:
 
 
 def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
-    """One event per tag; with perf, also every phase's cumulative seconds and, on a GPU, the peak memory (logged
-    together so that a run stopped by a signal reports them too)."""
+    """One event per tag; with perf, also every phase's cumulative seconds, and with a CUDA device its peak memory
+    (logged with the phase sums each iteration, so that a run stopped by a signal reports them too)."""
     scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
-    if perf is not None and device.type == "cuda":
+    if device is not None and device.type == "cuda":
         scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
     for tag, value in scalars.items():
         writer.add_scalar(tag, value, step)

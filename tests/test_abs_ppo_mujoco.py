@@ -157,6 +157,9 @@ def test_ess_divergence_is_stable_for_large_log_ratios():
     assert ppo.ess_divergence([0.0, 800.0]) == pytest.approx(0.5)  # w = 1, e^800: ESS 1 of 2
     assert ppo.ess_divergence([-1000.0, 1000.0, 0.0]) == pytest.approx(2 / 3)
     assert 0.0 <= ppo.ess_divergence(rng.uniform(-1e4, 1e4, size=100)) <= 1.0
+    # A NaN log-ratio is undefined, never 0 ("the policy did not move", which would push L to L_max).
+    assert math.isnan(ppo.ess_divergence([float("nan"), 0.0, 1.0]))
+    assert ppo.ess_divergence([-math.inf, 0.0]) == pytest.approx(0.5)  # a zero weight: one of two counts
 
 
 def perturbed_agents(seed=0, size=1.0):

@@ -827,3 +827,15 @@ def test_run_machinery_helpers():
     line = pqn.progress_line(1024, 4096, 512, "L 16 | eps 0.500", [1.0, 2.0])
     assert line == "step 1024/4096 | SPS 512 | L 16 | eps 0.500 | return 1.5 | ETA 0:00:06"
     assert pqn.progress_line(0, 10, 0, "x", []).endswith("| x | return n/a | ETA 0:00:10")
+
+
+def test_log_scalars_writes_the_tags_and_phase_sums_without_a_device(tmp_path):
+    writer = pqn.SummaryWriter(str(tmp_path))
+    pqn.log_scalars(writer, 7, {"charts/SPS": 100}, {"env": 2.0, "update": 1.0})  # no device given
+    pqn.log_scalars(writer, 8, {"adapt/divergence": 0.25})
+    pqn.log_scalars(writer, 9, {}, {"env": 3.0, "update": 1.5}, torch.device("cpu"))
+    writer.close()
+    tags = scalars(tmp_path)
+    assert tags["charts/SPS"] == [(7, 100.0)] and tags["adapt/divergence"] == [(8, 0.25)]
+    assert tags["perf/env_seconds"] == [(7, 2.0), (9, 3.0)] and tags["perf/update_seconds"] == [(7, 1.0), (9, 1.5)]
+    assert not any(t.startswith("perf/cuda") for t in tags)  # the peak memory is a CUDA-only tag
