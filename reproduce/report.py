@@ -338,6 +338,29 @@ def per_game_normalized(data, games, table, reps, seed):
     return out
 
 
+def final_training_return(run: Run, last: int) -> float:
+    """Mean of the run's last `last` logged games (`charts/episodic_return`, in step order): the end-of-training
+    metric of CleanRL's published results (openrlbenchmark averages the last 100 per run). NaN without games."""
+    if RETURN_TAG not in run.scalars or not len(run.scalars[RETURN_TAG][1]):
+        return float("nan")
+    return float(np.mean(run.scalars[RETURN_TAG][1][-last:]))
+
+
+def final_training_returns(data, games, reps, seed, last):
+    """(game, label) -> (mean over seeds, lo, hi, n runs, population std over seeds) of final_training_return,
+    95% bootstrap CI as the evaluation table; the std is the spread openrlbenchmark reports."""
+    out = {}
+    for game in games:
+        vals = {lb: [x for x in (final_training_return(r, last) for r in by_game[game].values()) if np.isfinite(x)]
+                for lb, by_game in data.items() if game in by_game}
+        mats = {lb: np.array(v)[:, None] for lb, v in vals.items() if v}
+        if mats:
+            point, ci = bootstrap_ci(mats, mean_score, reps, seed)
+            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m), float(np.std(m)))
+                        for lb, m in mats.items()})
+    return out
+
+
 def early_late(data, games) -> tuple[dict, dict]:
     """(game, label) -> (value, n runs) for the first-10% mean return and the last-10% return variance,
     each averaged over the runs whose curve has points in that window."""
@@ -564,9 +587,11 @@ def aggregate_section(agg, agg_notes, games, table) -> list[str]:
 def per_game_section(scores, games, labels, complete, pairs, title, what) -> list[str]:
     best = best_by({k: v[0] for k, v in scores.items()}, games, labels)
 
-    def text(g, lb):
-        return None if (g, lb) not in scores else \
-            "{} [{}, {}] n={}".format(*map(fmt, scores[(g, lb)][:3]), scores[(g, lb)][3])
+    def text(g, lb):  # mean (± std when given) [lo, hi] n=
+        if (g, lb) not in scores:
+            return None
+        v = scores[(g, lb)]
+        return fmt(v[0]) + (f" ± {fmt(v[4])}" if len(v) > 4 else "") + f" [{fmt(v[1])}, {fmt(v[2])}] n={v[3]}"
     return [f"## {title}", "", f"{what} [95% CI]; best label in bold.", "",
             md_table(["game", *labels], [[g, *(marked(text(g, lb), lb in best[g]) for lb in labels)] for g in games]),
             "", best_count_line(best, labels, complete, "best"), "",
@@ -676,6 +701,11 @@ def write_report(data, games, notes, args, table) -> Path:
                            "elsewhere), the paper's per-game table" if atari else
                            "IQM over seeds of each run's mean evaluation return (raw; no human-normalised score "
                            "outside Atari)")
+    md += per_game_section(final_training_returns(data, games, args.reps, args.seed, args.last_games), games,
+                           labels, complete, pairs, "Final training return",
+                           f"Mean over seeds of each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, "
+                           "the training metric of CleanRL's published results, read by openrlbenchmark) "
+                           "± the population std over seeds (openrlbenchmark's spread)")
     md += early_late_section(*early_late(data, games), data, games, labels, pairs)
     md += improvement_section(rates, games, ref, skipped)
     md += figures_section(data, games, agg, rates, out, args.bins)
@@ -703,6 +733,8 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
     p.add_argument("--bins", type=int, default=50, help="step bins of the curves")
+    p.add_argument("--last-games", type=int, default=100,
+                   help="final training return: mean of each run's last N logged games (CleanRL's metric: 100)")
     args = p.parse_args(argv)
     runs = {}
     for item in args.runs:
@@ -720,8 +752,8 @@ def parse_args(argv=None):
     for pair in args.skip_compare:
         if all(lb in runs for lb in pair):
             p.error(f"--skip-compare: both {' and '.join(pair)} have runs (use --compare)")
-    if args.reps < 1 or args.bins < 1:
-        p.error("--reps and --bins must be positive")
+    if args.reps < 1 or args.bins < 1 or args.last_games < 1:
+        p.error("--reps, --bins and --last-games must be positive")
     args.runs = runs
     return args
 

@@ -102,6 +102,26 @@ def test_pairwise_wins_and_robust_improvement():
     assert report.finite_median([1.0, np.nan, 3.0, 10.0]) == 3.0
 
 
+def test_final_training_return_is_the_mean_of_the_last_games_in_step_order():
+    run = report.Run("PPO", Path("."), "Hopper-v4", "Hopper", 1, 0.0, 150, 150)
+    assert np.isnan(report.final_training_return(run, 100))  # no games logged
+    steps = np.repeat(np.arange(75.0), 2)  # two games end at each step
+    run.scalars[report.RETURN_TAG] = (steps, np.arange(1.0, 151.0))
+    assert report.final_training_return(run, 100) == pytest.approx(np.mean(np.arange(51.0, 151.0)))  # 100.5
+    assert report.final_training_return(run, 10) == pytest.approx(145.5)
+    assert report.final_training_return(run, 1000) == pytest.approx(75.5)  # fewer games than asked: all of them
+    data = {"PPO": {"Hopper": {1: run, 2: copy_run(run, 50.0)}}}
+    (mean, lo, hi, n, std), = report.final_training_returns(data, ["Hopper"], reps=100, seed=0, last=10).values()
+    assert (mean, n, std) == (pytest.approx(145.5 + 25.0), 2, pytest.approx(25.0))  # population std of two runs
+    assert lo == pytest.approx(145.5) and hi == pytest.approx(195.5)
+
+
+def copy_run(run, shift):
+    import dataclasses
+    steps, values = run.scalars[report.RETURN_TAG]
+    return dataclasses.replace(run, seed=run.seed + 1, scalars={report.RETURN_TAG: (steps, values + shift)})
+
+
 def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
     rng = np.random.default_rng(0)
     games = rng.uniform(0.2, 2.0, size=5)
@@ -222,6 +242,13 @@ def test_report_end_to_end(fixture_runs, tmp_path):
                       f"{report.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)} ["]
     assert [c[:len(e)] for c, e in zip(row(hns_table, "Amidar")[1:], expected_cells)] == expected_cells
     assert row(hns_table, "Qbert")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
+
+    # Final training return (the last 100 games; here all 11): ABS mean(0..100) + s = 51, 52 -> 51.5 +- 0.5 over the
+    # seeds, Small mean(0..50) + s -> 26.5 +- 0.5.
+    final = section(md, "Final training return")
+    assert row(final, "Amidar")[1:] == ["**51.5 ± 0.500 [51.0, 52.0] n=2**", "26.5 ± 0.500 [26.0, 27.0] n=2"]
+    assert row(final, "Qbert")[1:] == ["**51.5 ± 0.500 [51.0, 52.0] n=2**", "missing"]
+    assert "last 100 games" in final and "- ABS vs Small: **ABS higher in 1 of 1 games**" in final
 
     # Early: ABS (0+s, 10+s) -> 6.5 over seeds, Small (0+s, 5+s) -> 4.0. Late var: ABS 25, Small 6.25.
     el = section(md, "Early / late")
