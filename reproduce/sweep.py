@@ -334,15 +334,17 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
         if stopping:
             return "not started"
         gpu = free_gpus.get() if gpus else None
+        started = time.time()
         try:
             # own session: a Ctrl-C reaches the scripts once, through on_signal
             return execute(run, gpu, {"start_new_session": True}, lambda p, _: live.append(p))
         finally:
+            seconds[run.dir] = time.time() - started  # the run's own time, not its wait in the queue
             if gpus:
                 free_gpus.put(gpu)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    failed, t0 = [], time.time()
+    failed, seconds, t0 = [], {}, time.time()
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(job, run): run for run in runs}
@@ -352,7 +354,8 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
                     continue
                 ok = run.done()  # (rc is None when another sweep finished it meanwhile)
                 print(f"[{i}/{len(runs)}] {'ok    ' if ok else 'FAILED'} {run.label} {run.name} "
-                      f"({'already done' if rc is None else f'exit {rc}'}, {time.time() - t0:.0f} s)", flush=True)
+                      f"({'already done' if rc is None else f'exit {rc}'} after {seconds[run.dir]:.0f} s; "
+                      f"{time.time() - t0:.0f} s since the sweep started)", flush=True)
                 if not ok:
                     failed.append(run)
     finally:

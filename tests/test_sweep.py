@@ -247,6 +247,10 @@ def test_local_sweep_idempotent_rerun_failure_resume(tiny):
     spans = sorted((r["start"], r["end"]) for r in results.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two workers never overlapped"
     assert (exp_dir / "A" / "logs" / "Pong-v5__1.log").exists()
+    # each finished run is listed with its own time and the time since the sweep started (which includes its wait)
+    done = re.findall(r"^\[\d/4\] ok +\S+ Pong-v5__\d \(exit 0 after (\d+) s; (\d+) s since the sweep started\)$",
+                      out.stdout, re.M)
+    assert len(done) == 4 and all(int(own) <= int(since) for own, since in done), out.stdout
     # 2. a second invocation starts nothing
     out = sweep_cli("run", "tiny", *opts, "--workers", "2")
     assert out.returncode == 0 and "4 already done, 0 to run" in out.stdout
