@@ -1,0 +1,60 @@
+"""The published results under results/ must be what the project's own tools make of the committed runs: each
+report is generated again from the committed eval_results.json and TensorBoard events and compared with the
+committed report.md and figure data (README: "Results")."""
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MUJOCO = ROOT / "results" / "mujoco-1m"
+TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
+# The command that wrote results/mujoco-1m/report.md (README "Results"), run from the repository root; --out last.
+MUJOCO_REPORT = ["reproduce/sweep.py", "report", "mujoco", "--scale", "0.2", "--root", "results/mujoco-1m/runs",
+                 "--games", *TASKS, "--seeds", *map(str, SEEDS), "--out"]
+FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "improvement_rate.csv")
+
+
+def test_mujoco_results_hold_every_run_and_no_checkpoint():
+    for label in LABELS:
+        for task in TASKS:
+            for seed in SEEDS:
+                run = MUJOCO / "runs" / "mujoco" / label / f"{task}__{seed}"
+                assert (run / "eval_results.json").is_file(), run
+                assert list(run.glob("events.out.tfevents.*")), run
+                assert (run.parent / "logs" / f"{task}__{seed}.log").is_file(), run
+    files = [p for p in MUJOCO.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix == ".pt"]  # no checkpoints or models
+    assert sum(p.stat().st_size for p in files) < 15e6
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mujoco-1m")
+    res = subprocess.run([sys.executable, *MUJOCO_REPORT, str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return out
+
+
+def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated):
+    committed = (MUJOCO / "report.md").read_text().splitlines()
+    fresh = (regenerated / "report.md").read_text().splitlines()
+    tables = [(i, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
+    assert not tables and len(committed) == len(fresh), (
+        "results/mujoco-1m/report.md differs from what reproduce/report.py makes of the committed runs "
+        f"(first differing line {tables[0][0] + 1 if tables else min(len(committed), len(fresh)) + 1}); regenerate "
+        "it with: python " + " ".join(MUJOCO_REPORT) + " results/mujoco-1m")
+    # the table is the full grid: 9 runs per label, 3 seeds of each task, none skipped
+    data = next(ln for ln in fresh if ln.startswith("| PPO |"))
+    assert "| 9 | 3 of 3 | HalfCheetah: 3, Hopper: 3, Walker2d: 3 | none |" in data
+    assert not [ln for ln in fresh if ln.startswith("- ") and ("skipped" in ln or "left out" in ln)]
+
+
+@pytest.mark.parametrize("name", FIGURE_DATA)
+def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, name):
+    with open(MUJOCO / name) as a, open(regenerated / name) as b:
+        assert list(csv.reader(a)) == list(csv.reader(b)), name
+    assert (MUJOCO / name.replace(".csv", ".png")).is_file()
