@@ -195,13 +195,33 @@ def test_policy_divergences_against_torch_normal():
 
 
 def test_ess_divergence_is_about_twice_the_kl_for_a_small_change():
-    # The reason the provisional --ess-low/--ess-high are about twice the KL bounds: delta_ESS ~ chi^2 ~ 2 KL.
+    # Why --ess-low/--ess-high are twice the KL bounds: delta_ESS ~ chi^2 ~ 2 KL (measured 1.9-2.0 on MuJoCo tasks).
     new, old = perturbed_agents(2, size=0.1)
     states = torch.randn(20_000, 4)
     with torch.no_grad():
         actions = old.get_action_and_value(states)[0]
     kl, ess = ppo.policy_divergences(new, old, states, actions)
     assert 1e-3 < kl < 1e-2 and ess / kl == pytest.approx(2.0, rel=0.2)
+
+
+def test_ess_divergence_exceeds_twice_the_kl_when_few_states_carry_the_change():
+    # A shift of the mean alone: E[w^2 | s] = exp(2 KL_s), so chi^2 = E_s[exp(2 KL_s)] - 1 and delta_ESS tends to
+    # chi^2 / (1 + chi^2): just under 2 KL when every state moves a little, more when a few states move a lot
+    # (README "Beyond the paper": Humanoid-v4).
+    gen = torch.Generator().manual_seed(0)
+    n, std = 400_000, torch.ones(400_000, 1, dtype=torch.float64)
+    mean_old = torch.zeros(n, 1, dtype=torch.float64)
+    actions = torch.randn(n, 1, generator=gen, dtype=torch.float64)  # drawn from the old policy N(0, 1)
+    ratios = []
+    for share, shift, chi2 in ((1.0, 0.05 ** 0.5, math.expm1(0.05)),  # KL 0.025 in every state
+                               (0.05, 1.0, 0.05 * math.expm1(1.0))):  # KL 0.5 on 5% of the states, 0 elsewhere
+        mean_new = torch.where(torch.arange(n)[:, None] < share * n, shift, 0.0).double()
+        kl = ppo.gaussian_kl(mean_new, std, mean_old, std).mean().item()
+        ess = ppo.ess_divergence(ppo.gaussian_log_ratio(actions, mean_new, std, mean_old, std))
+        assert kl == pytest.approx(0.025)
+        assert ess == pytest.approx(chi2 / (1.0 + chi2), rel=0.03)
+        ratios.append(ess / kl)
+    assert ratios[0] == pytest.approx(1.95, abs=0.06) and ratios[1] == pytest.approx(3.16, abs=0.1)
 
 
 def test_policy_divergences_runs_each_policy_once():
