@@ -52,23 +52,54 @@ def length_at(steps, lengths, fraction: float) -> float:
     return float(lengths[min(int(np.searchsorted(steps, fraction * steps[-1])), len(steps) - 1)])
 
 
+def paired(kl_series, ess_series):
+    """(steps, kl, ess) at the steps where both were logged (a run resumed across script versions may lack one)."""
+    steps, i, j = np.intersect1d(kl_series[0], ess_series[0], return_indices=True)
+    return steps, kl_series[1][i], ess_series[1][j]
+
+
+def unexpected_lengths(lengths, args: dict) -> np.ndarray:
+    """The iteration lengths no run with these flags can have (events lost between two checkpoints' flushes)."""
+    lo, hi = (args.get("num_steps_min"), args.get("num_steps_max")) if args.get("adapt", True) else (
+        args.get("num_steps"), args.get("num_steps"))
+    if lo is None or hi is None:
+        return np.array([])
+    return np.asarray(lengths)[(lengths < lo) | (lengths > hi)]
+
+
 def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], list[str]]:
     runs, notes = report.find_runs(label, root)
-    out = []
+    notes = [f"{label}: skipped {n}" for n in notes]
+    kept = {}
     for run in runs:
         if (games and run.env_id not in games) or (seeds and run.seed not in seeds):
             continue
+        old = kept.get((run.env_id, run.seed))
+        if old is not None:  # as report.py: the newer of two copies of one run
+            keep, drop = sorted([old, run], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+            notes.append(f"{label}: {run.env_id} seed {run.seed} found twice; kept the newer `{keep.path}`, "
+                         f"ignored `{drop.path}`")
+            run = keep
+        kept[(run.env_id, run.seed)] = run
+    out = []
+    for run in kept.values():
         args = json.loads((run.path / "eval_results.json").read_text()).get("args", {})
         run.scalars = report.load_scalars(run.path, [KL, ESS, ITERATION, report.RETURN_TAG])
         if ITERATION not in run.scalars:
-            notes.append(f"`{run.path}`: no {ITERATION} events (not an abs_ppo_mujoco.py run?)")
+            notes.append(f"{label}: skipped `{run.path}`: no {ITERATION} events (not an abs_ppo_mujoco.py run?)")
             continue
         steps = run.scalars[ITERATION][0]
-        lengths = rollout_lengths(steps)
-        has_both = KL in run.scalars and ESS in run.scalars
-        out.append({"run": run, "divergence": args.get("divergence", "kl") if args.get("adapt", True) else "none",
+        lengths = rollout_lengths(steps) / args.get("num_envs", 1)  # per environment, as --num-steps
+        odd = unexpected_lengths(lengths, args)
+        if len(odd):
+            notes.append(f"{label}: `{run.path}` has {len(odd)} iteration(s) of a length its flags cannot give "
+                         f"({', '.join(f'{x:g}' for x in odd[:3])}): events are missing, its L and iterations are "
+                         "not reliable")
+        both = paired(run.scalars[KL], run.scalars[ESS]) if KL in run.scalars and ESS in run.scalars else None
+        adapt = args.get("adapt", True)
+        out.append({"run": run, "divergence": args.get("divergence", "kl") if adapt else "none", "adapt": adapt,
                     "steps": steps, "L": lengths, "final": report.final_training_return(run, last),
-                    "ratio": ratio_stats(run.scalars[KL][1], run.scalars[ESS][1]) if has_both else None,
+                    "pairs": both, "ratio": ratio_stats(*both[1:]) if both else None,
                     "bounds": {"kl": (args.get("kl_low"), args.get("kl_high")),
                                "ess": (args.get("ess_low"), args.get("ess_high"))}})
     return out, notes
@@ -77,16 +108,17 @@ def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], l
 def run_row(r: dict) -> list[str]:
     run, q = r["run"], r["ratio"]
     ratio = f"{q['median']:.2f} [{q['q10']:.2f}, {q['q90']:.2f}]" if q and q["n"] else "not logged"
-    return [run.env_id, run.label, str(run.seed), r["divergence"], fmt(run.score), fmt(r["final"]),
-            str(len(r["L"])), f"{r['steps'][-1] / len(r['L']):.0f}",
+    return [run.env_id, run.label, str(run.seed), f"{run.total_steps:,}", r["divergence"], fmt(run.score),
+            fmt(r["final"]),
+            str(len(r["L"])), f"{np.mean(r['L']):.0f}",
             *(f"{length_at(r['steps'], r['L'], f):.0f}" for f in (0.25, 0.5, 1.0)),
             ratio, f"{q['corr']:.3f}" if q and q["n"] > 1 else "–", fmt(q["kl"]) if q and q["n"] else "–",
             fmt(q["ess"]) if q and q["n"] else "–"]
 
 
-HEADER = ["task", "label", "seed", "schedule on", "evaluation return", "final training return", "PPO iterations",
-          "mean L", "L at 25%", "L at 50%", "L at the end", "delta_ESS / KL median [10%, 90%]", "corr",
-          "median KL", "median delta_ESS"]
+HEADER = ["task", "label", "seed", "steps", "schedule on", "evaluation return", "final training return",
+          "PPO iterations", "mean L", "L at 25%", "L at 50%", "L at the end", "delta_ESS / KL median [10%, 90%]",
+          "corr", "median KL", "median delta_ESS"]
 
 
 def mean_rows(data: dict[str, list[dict]], games) -> list[list[str]]:
@@ -97,7 +129,7 @@ def mean_rows(data: dict[str, list[dict]], games) -> list[list[str]]:
             if rs:
                 rows.append([game, label, str(len(rs)), fmt(np.mean([r["run"].score for r in rs])),
                              fmt(np.mean([r["final"] for r in rs])), f"{np.mean([len(r['L']) for r in rs]):.1f}",
-                             f"{np.mean([r['steps'][-1] / len(r['L']) for r in rs]):.0f}"])
+                             f"{np.mean([np.mean(r['L']) for r in rs]):.0f}"])
     return rows
 
 
@@ -116,8 +148,7 @@ def divergence_figure(data, games, out: Path) -> str:
     for i, (label, rs) in enumerate(data.items()):
         for r in sorted((r for r in rs if r["ratio"] is not None), key=lambda r: r["run"].seed):
             run = r["run"]
-            steps, kl = run.scalars[KL]
-            ess = run.scalars[ESS][1]
+            steps, kl, ess = r["pairs"]
             rows += [[run.env_id, label, run.seed, int(s), float(k), float(e)] for s, k, e in zip(steps, kl, ess)]
             bottom[run.env_id].scatter(kl, ess, s=10, color=f"C{i}", marker="os^v"[(run.seed - 1) % 4], alpha=0.7,
                                        label=f"{label} seed {run.seed}")
@@ -127,7 +158,7 @@ def divergence_figure(data, games, out: Path) -> str:
                 ax.plot(steps, kl, color=f"C{i}", label=f"{label} seed {run.seed}: KL")
                 ax.plot(steps, ess, color=f"C{i}", ls="--", label=f"{label} seed {run.seed}: delta_ESS")
                 for bound, ls in zip((r["bounds"]["kl"][0], r["bounds"]["ess"][0]), ("-", "--")):
-                    if bound is not None:
+                    if bound is not None and r["adapt"]:
                         ax.axhline(bound, color="grey", lw=0.8, ls=ls)
     for game in games:
         top[game].set(title=game, xlabel="environment steps", ylabel="divergence")
@@ -148,7 +179,7 @@ def rollout_figure(data, games, out: Path) -> str:
                                         label=f"{label} seed {r['run'].seed}", lw=1)
             rows += [[r["run"].env_id, label, r["run"].seed, int(s), int(n)] for s, n in zip(r["steps"], r["L"])]
     for game, ax in ax_of.items():
-        ax.set(title=game, xlabel="environment steps", ylabel="L (steps per rollout)")
+        ax.set(title=game, xlabel="environment steps", ylabel="L (steps per environment per rollout)")
         report.legend_or_note(ax, "no runs")
     return report.save(fig, out, "rollout", ["task", "label", "seed", "step", "num_steps"], rows)
 
@@ -173,12 +204,12 @@ def write_study(data, games, notes, out: Path, args) -> Path:
     runs = sorted((r for rs in data.values() for r in rs),
                   key=lambda r: (games.index(r["run"].env_id), list(data).index(r["run"].label), r["run"].seed))
     lines = ["# KL against delta_ESS for the PPO + ABS schedule", "",
-             "Runs: " + ", ".join(f"{label} = `{root}`"
-                                  for label, root in args.runs.items()) + ".", "",
+             "Runs: " + ", ".join(f"{label} = `{root}`" for label, root in args.runs.items()) + ".", "",
              f"Evaluation return: the run's mean over its evaluation episodes; final training return: the mean of "
-             f"its last {args.last_games} training games. L: the rollout length of a PPO iteration (steps between "
-             "consecutive `losses/*` events); mean L = steps / iterations. delta_ESS / KL: per ABS measurement, on "
-             "the runs that log both.", "", "## Per run", "", md_table(HEADER, [run_row(r) for r in runs]), "",
+             f"its last {args.last_games} training games. L: the rollout length of a PPO iteration per environment "
+             "(the steps between consecutive `losses/*` events over --num-envs); mean L: over the iterations. "
+             "delta_ESS / KL: per ABS measurement, on the runs that log both.", "", "## Per run", "",
+             md_table(HEADER, [run_row(r) for r in runs]), "",
              "## Mean over seeds", "",
              md_table(["task", "label", "runs", "evaluation return", "final training return", "PPO iterations",
                        "mean L"], mean_rows(data, games)), "", "## Figures", ""]
@@ -222,11 +253,15 @@ def main(argv=None) -> int:
         data[label], label_notes = load(label, root, set(args.games), set(args.seeds), args.last_games)
         notes += label_notes
     found = sorted({r["run"].env_id for rs in data.values() for r in rs})
-    games = [g for g in args.games if g in found] if args.games else found
+    games = [g for g in dict.fromkeys(args.games) if g in found] if args.games else found
     if not games:
-        print("divergence_study.py: no finished abs_ppo_mujoco.py runs found under "
-              + ", ".join(map(str, args.runs.values())), file=sys.stderr)
+        wanted = " ".join(f"{flag} {' '.join(map(str, v))}" for flag, v in (("--games", args.games),
+                                                                          ("--seeds", args.seeds)) if v)
+        print("divergence_study.py: no finished abs_ppo_mujoco.py runs" + (f" matching {wanted}" if wanted else "")
+              + " under " + ", ".join(map(str, args.runs.values())), file=sys.stderr)
         return 1
+    notes += [f"--games {g}: no run under any label" for g in dict.fromkeys(args.games) if g not in found]
+    notes += [f"{label}: no run of {', '.join(games)}" for label, rs in data.items() if not rs]
     print(f"wrote {write_study(data, games, notes, Path(args.out), args)}")
     return 0
 

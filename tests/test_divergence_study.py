@@ -1,5 +1,7 @@
 """reproduce/divergence_study.py: its math against hand values and its command-line checks; the published study
 is regenerated from the committed runs in test_results.py."""
+import csv
+import json
 import sys
 from pathlib import Path
 
@@ -58,3 +60,79 @@ def test_no_runs_found_exits_1(tmp_path, capsys):
     assert study.main(["--runs", f"A={tmp_path}", "--out", str(tmp_path / "out")]) == 1
     assert "no finished abs_ppo_mujoco.py runs" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_paired_keeps_the_steps_both_divergences_were_logged_at():
+    steps, kl, ess = study.paired((np.array([10.0, 20.0, 30.0]), np.array([0.1, 0.2, 0.3])),
+                                  (np.array([20.0, 30.0, 40.0]), np.array([2.0, 3.0, 4.0])))
+    assert steps.tolist() == [20.0, 30.0] and kl.tolist() == [0.2, 0.3] and ess.tolist() == [2.0, 3.0]
+
+
+def test_unexpected_lengths_by_the_runs_flags():
+    abs_args = {"adapt": True, "num_steps_min": 1024, "num_steps_max": 8192, "num_steps": 2048}
+    assert study.unexpected_lengths(np.array([1024.0, 5000, 8192, 9216, 512]), abs_args).tolist() == [9216, 512]
+    fixed = {**abs_args, "adapt": False}
+    assert study.unexpected_lengths(np.array([2048.0, 4096]), fixed).tolist() == [4096]
+    assert study.unexpected_lengths(np.array([2048.0]), {}).tolist() == []
+
+
+def write_run(path: Path, env_id: str, seed: int, args: dict, iterations, kl=(), ess=(), returns=(), purge_step=None):
+    """A finished run as abs_ppo_mujoco.py leaves it: eval_results.json and TensorBoard events."""
+    from torch.utils.tensorboard import SummaryWriter
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "eval_results.json").write_text(json.dumps({
+        "env_id": env_id, "seed": seed, "global_step": int(iterations[-1]), "total_timesteps": int(iterations[-1]),
+        "eval": {"mean": 100.0 + seed, "returns": [100.0 + seed]}, "args": {"num_envs": 1, **args}}))
+    writer = SummaryWriter(str(path), purge_step=purge_step)
+    for step in iterations:
+        writer.add_scalar("losses/policy_loss", 0.0, step)
+    for tag, series in (("adapt/kl", kl), ("adapt/divergence_ess", ess), ("charts/episodic_return", returns)):
+        for step, value in series:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def test_study_end_to_end_on_written_runs(tmp_path):
+    ess_args = {"adapt": True, "divergence": "ess", "num_steps_min": 1024, "num_steps_max": 8192,
+                "kl_low": 0.01, "kl_high": 0.1, "ess_low": 0.02, "ess_high": 0.2}
+    run = tmp_path / "abs" / "Hopper-v4__1"
+    # first process: iterations of 1024, 1024, 1664, 2240; stopped after its checkpoint at step 3712 and resumed,
+    # the resumed process purges what the first wrote after the checkpoint and goes on with 2240 and 2240
+    write_run(run, "Hopper-v4", 1, ess_args, [1024, 2048, 3712, 5952, 7000], kl=[(2048, 0.01), (5952, 0.5)],
+              ess=[(1024, 0.02), (2048, 0.02), (5952, 0.9)], returns=[(1024, 1.0), (2048, 2.0), (5952, 9.0)])
+    write_run(run, "Hopper-v4", 1, ess_args, [5952, 8192], kl=[(5952, 0.02)], ess=[(5952, 0.03)],
+              returns=[(5952, 4.0), (8192, 5.0)], purge_step=3713)
+    fixed = {"adapt": False, "num_steps": 2048}
+    write_run(tmp_path / "ppo" / "a" / "Hopper-v4__1", "Hopper-v4", 1, fixed, [2048, 4096, 8192])  # a lost event
+    write_run(tmp_path / "ppo" / "b" / "Hopper-v4__2", "Hopper-v4", 2, fixed, [2048, 4096])
+    write_run(tmp_path / "ppo" / "c" / "Hopper-v4__2", "Hopper-v4", 2, fixed, [2048, 4096])  # a second copy
+    write_run(tmp_path / "ppo" / "d" / "Ant-v4__1", "Ant-v4", 1, fixed, [2048])  # not asked for
+    out = tmp_path / "out"
+    assert study.main(["--runs", f"ESS={tmp_path / 'abs'}", f"PPO={tmp_path / 'ppo'}", "--games", "Hopper-v4",
+                       "Hopper-v4", "Walker2d-v4", "--last-games", "2", "--out", str(out)]) == 0
+    text = (out / "study.md").read_text()
+    rows = [[c.strip() for c in ln.strip("| ").split("|")] for ln in text.splitlines() if ln.startswith("| Hopper")]
+    ess_row = rows[0]
+    # L: 1024, 1024, 1664, 2240, 2240 (mean 1638.4; step 2048 ends the 2nd iteration, 4096 is inside the 4th);
+    # delta_ESS / KL at the steps that have both, 2048 and 5952 (the resumed process's values): 2.0 and 1.5
+    assert ess_row[1:12] == ["ESS", "1", "8,192", "ess", "101.0", "4.500", "5", "1638", "1024", "2240", "2240"]
+    assert ess_row[12:16] == ["1.75 [1.55, 1.95]", "1.000", "0.015", "0.025"]
+    assert [r[1:4] for r in rows[1:3]] == [["PPO", "1", "8,192"], ["PPO", "2", "4,096"]]  # the copy counted once
+    assert rows[3][1:3] == ["ESS", "1"] and rows[4][1:3] == ["PPO", "2"]  # mean over seeds: PPO has 2 runs
+    assert "Ant-v4" not in text and text.count("| Hopper-v4 | ESS | 1 |") == 1 + 1  # per run and the mean
+    assert "Hopper-v4 seed 2 found twice" in text
+    assert "1 iteration(s) of a length its flags cannot give (4096)" in text
+    assert "--games Walker2d-v4: no run under any label" in text
+    with open(out / "rollout.csv") as f:
+        lengths = [int(row[-1]) for row in csv.reader(f) if row[1] == "ESS"]
+    assert lengths == [1024, 1024, 1664, 2240, 2240]
+    with open(out / "divergence.csv") as f:
+        pairs = [float(x) for row in list(csv.reader(f))[1:] for x in row[3:]]
+    assert pairs == pytest.approx([2048, 0.01, 0.02, 5952, 0.02, 0.03])  # float32 in the event files
+    assert all((out / f"{name}.png").is_file() for name in ("divergence", "rollout", "returns"))
+
+
+def test_seeds_matching_nothing_say_so(tmp_path, capsys):
+    write_run(tmp_path / "ppo" / "Hopper-v4__1", "Hopper-v4", 1, {"adapt": False, "num_steps": 2048}, [2048])
+    assert study.main(["--runs", f"PPO={tmp_path / 'ppo'}", "--seeds", "7", "--out", str(tmp_path / "out")]) == 1
+    assert "no finished abs_ppo_mujoco.py runs matching --seeds 7" in capsys.readouterr().err
