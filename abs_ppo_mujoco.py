@@ -942,6 +942,7 @@ if __name__ == "__main__":
                           f"resume with --resume {checkpoint_path}")
         if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
             train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
+            writer.flush()  # the events up to the checkpoint survive a hard kill (a resume purges the later ones)
             save_checkpoint()
     obs_rms = normalization_state(envs)["obs_rms"]  # frozen for evaluation and saved with the model
     envs.close()

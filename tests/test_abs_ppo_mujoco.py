@@ -613,6 +613,27 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     assert not (tmp_path / "sig" / "eval_results.json").exists()
 
 
+def test_hard_kill_after_a_checkpoint_keeps_the_events_up_to_it(tmp_path):
+    # SIGKILL leaves no chance to close the event file: the events up to the last checkpoint must already be on
+    # disk, or a resumed run (which purges only the later ones) has a hole in every curve.
+    args = [*TINY, "--total-timesteps", "1000000", "--checkpoint-every", "2000", "--output-dir", str(tmp_path),
+            "--run-name", "kill"]
+    p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ckpt_path = tmp_path / "kill" / "checkpoint.pt"
+    try:
+        deadline = time.time() + 120
+        while not ckpt_path.exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.01)
+    finally:
+        p.kill()
+        p.wait(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    step = torch.load(ckpt_path, map_location="cpu", weights_only=False)["global_step"]
+    logged = [s for s, _ in scalars(tmp_path / "kill")["losses/policy_loss"]]
+    assert step >= 2000 and step in logged  # the checkpointed iteration's events are on disk
+
+
 # ---------------------------------------------------------------- learning check (slow: pytest -m learning)
 @pytest.mark.learning
 def test_learning_inverted_pendulum(tmp_path):
