@@ -172,11 +172,14 @@ def divergence_figure(data, games, out: Path) -> str:
 
 def rollout_figure(data, games, out: Path) -> str:
     fig, ax_of = panels(games, "Rollout length L of every PPO iteration")
-    rows = []
+    rows, named = [], set()
     for i, (label, rs) in enumerate(data.items()):
-        for r in rs:
-            ax_of[r["run"].env_id].step(r["steps"], r["L"], where="post", color=f"C{i}", alpha=0.8,
-                                        label=f"{label} seed {r['run'].seed}", lw=1)
+        for r in rs:  # one line per run, one legend entry per label
+            first = (r["run"].env_id, label) not in named
+            named.add((r["run"].env_id, label))
+            ax_of[r["run"].env_id].step(r["steps"], r["L"], where="post", color=f"C{i}", alpha=0.8, lw=1,
+                                        label=f"{label} ({sum(x['run'].env_id == r['run'].env_id for x in rs)} "
+                                        "runs)" if first else None)
             rows += [[r["run"].env_id, label, r["run"].seed, int(s), int(n)] for s, n in zip(r["steps"], r["L"])]
     for game, ax in ax_of.items():
         ax.set(title=game, xlabel="environment steps", ylabel="L (steps per environment per rollout)")

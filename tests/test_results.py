@@ -58,3 +58,50 @@ def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, 
     with open(MUJOCO / name) as a, open(regenerated / name) as b:
         assert list(csv.reader(a)) == list(csv.reader(b)), name
     assert (MUJOCO / name.replace(".csv", ".png")).is_file()
+
+
+# The study of --divergence ess (README "Beyond the paper"): its own runs, and the command that wrote study.md.
+ESS = ROOT / "results" / "mujoco-ess-1m"
+ESS_TASKS, TRACK_TASKS = ("HalfCheetah-v4", "Hopper-v4"), ("InvertedPendulum-v4", "Humanoid-v4")
+STUDY = ["reproduce/divergence_study.py", "--runs", "PPO=results/mujoco-1m/runs/mujoco/PPO",
+         "PPO+ABS=results/mujoco-1m/runs/mujoco/PPO+ABS",
+         "PPO+ABS-ESS=results/mujoco-ess-1m/runs/mujoco-ess/PPO+ABS-ESS", "PPO-track=results/mujoco-ess-1m/runs/track",
+         "--games", *TASKS, *TRACK_TASKS, "--out"]
+STUDY_DATA = ("divergence.csv", "rollout.csv", "returns.csv")
+
+
+def test_ess_study_holds_every_run_and_no_checkpoint():
+    runs = [ESS / "runs" / "mujoco-ess" / "PPO+ABS-ESS" / f"{task}__{seed}" for task in ESS_TASKS for seed in SEEDS]
+    runs += [ESS / "runs" / "track" / f"{task}__1" for task in TRACK_TASKS]
+    for run in runs:
+        assert (run / "eval_results.json").is_file(), run
+        assert list(run.glob("events.out.tfevents.*")), run
+        assert (run.parent / "logs" / f"{run.name}.log").is_file(), run
+    files = [p for p in ESS.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix == ".pt"]
+    assert sum(p.stat().st_size for p in files) < 8e6
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mujoco-ess-1m")
+    res = subprocess.run([sys.executable, *STUDY, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return out
+
+
+def test_ess_study_is_regenerated_from_the_committed_runs(study):
+    committed, fresh = (ESS / "study.md").read_text(), (study / "study.md").read_text()
+    assert committed == fresh, ("results/mujoco-ess-1m/study.md differs from what reproduce/divergence_study.py "
+                                "makes of the committed runs; regenerate it with: python " + " ".join(STUDY)
+                                + " results/mujoco-ess-1m")
+    rows = [ln for ln in fresh.splitlines() if ln.startswith("| ") and "| PPO+ABS-ESS |" in ln and "| ess |" in ln]
+    assert len(rows) == len(ESS_TASKS) * len(SEEDS)  # every ESS run is in the table and scheduled on delta_ESS
+    assert "## Notes" not in fresh  # no run skipped or unfinished
+
+
+@pytest.mark.parametrize("name", STUDY_DATA)
+def test_ess_study_figure_data_is_regenerated_from_the_committed_runs(study, name):
+    with open(ESS / name) as a, open(study / name) as b:
+        assert list(csv.reader(a)) == list(csv.reader(b)), name
+    assert (ESS / name.replace(".csv", ".png")).is_file()
