@@ -7,8 +7,8 @@
 Every `eval_results.json` below a labelled directory is one finished run of `abs_ppo_mujoco.py`, as in report.py.
 PPO logs both divergences (`adapt/kl`, `adapt/divergence_ess`) whichever one its schedule uses, and one
 `losses/*` event per PPO iteration at the global step after it, so the rollout length L of every iteration is
-the difference of consecutive steps. Writes `study.md` (one row per run and a mean per label), and
-`divergence.png` (delta_ESS against the KL, measurement by measurement), `rollout.png` (L per iteration) and
+the difference of consecutive steps. Writes `study.md` (one row per run and a mean per label), `divergence.png`
+(both divergences over training, and against each other per measurement), `rollout.png` (L per iteration) and
 `returns.png` (training returns), each with a CSV of the plotted data.
 """
 from __future__ import annotations
