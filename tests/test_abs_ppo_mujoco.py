@@ -615,7 +615,9 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
 
 def test_hard_kill_after_a_checkpoint_keeps_the_events_up_to_it(tmp_path):
     # SIGKILL leaves no chance to close the event file: the events up to the last checkpoint must already be on
-    # disk, or a resumed run (which purges only the later ones) has a hole in every curve.
+    # disk, or a resumed run (which purges only the later ones) has a hole in every curve. The script flushes the
+    # writer before each checkpoint; tensorboard's own file layer also appends each event at once, but
+    # tensorflow's tf.io.gfile (used when tensorflow is installed) buffers until a flush.
     args = [*TINY, "--total-timesteps", "1000000", "--checkpoint-every", "2000", "--output-dir", str(tmp_path),
             "--run-name", "kill"]
     p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
