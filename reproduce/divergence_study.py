@@ -76,7 +76,7 @@ def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], l
             continue
         old = kept.get((run.env_id, run.seed))
         if old is not None:  # as report.py: the newer of two copies of one run
-            keep, drop = sorted([old, run], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+            keep, drop = report.newer_copy(old, run)
             notes.append(f"{label}: {run.env_id} seed {run.seed} found twice; kept the newer `{keep.path}`, "
                          f"ignored `{drop.path}`")
             run = keep
@@ -96,8 +96,7 @@ def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], l
                          f"({', '.join(f'{x:g}' for x in odd[:3])}): events are missing, its L and iterations are "
                          "not reliable")
         both = paired(run.scalars[KL], run.scalars[ESS]) if KL in run.scalars and ESS in run.scalars else None
-        adapt = args.get("adapt", True)
-        out.append({"run": run, "divergence": args.get("divergence", "kl") if adapt else "none", "adapt": adapt,
+        out.append({"run": run, "divergence": args.get("divergence", "kl") if args.get("adapt", True) else "none",
                     "steps": steps, "L": lengths, "final": report.final_training_return(run, last),
                     "pairs": both, "ratio": ratio_stats(*both[1:]) if both else None,
                     "bounds": {"kl": (args.get("kl_low"), args.get("kl_high")),
@@ -106,14 +105,12 @@ def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], l
 
 
 def run_row(r: dict) -> list[str]:
-    run, q = r["run"], r["ratio"]
-    ratio = f"{q['median']:.2f} [{q['q10']:.2f}, {q['q90']:.2f}]" if q and q["n"] else "not logged"
+    run, q = r["run"], r["ratio"] if r["ratio"] and r["ratio"]["n"] else None
+    ratio = [f"{q['median']:.2f} [{q['q10']:.2f}, {q['q90']:.2f}]", f"{q['corr']:.3f}" if q["n"] > 1 else "–",
+             fmt(q["kl"]), fmt(q["ess"])] if q else ["not logged", "–", "–", "–"]
     return [run.env_id, run.label, str(run.seed), f"{run.total_steps:,}", r["divergence"], fmt(run.score),
-            fmt(r["final"]),
-            str(len(r["L"])), f"{np.mean(r['L']):.0f}",
-            *(f"{length_at(r['steps'], r['L'], f):.0f}" for f in (0.25, 0.5, 1.0)),
-            ratio, f"{q['corr']:.3f}" if q and q["n"] > 1 else "–", fmt(q["kl"]) if q and q["n"] else "–",
-            fmt(q["ess"]) if q and q["n"] else "–"]
+            fmt(r["final"]), str(len(r["L"])), f"{np.mean(r['L']):.0f}",
+            *(f"{length_at(r['steps'], r['L'], f):.0f}" for f in (0.25, 0.5, 1.0)), *ratio]
 
 
 HEADER = ["task", "label", "seed", "steps", "schedule on", "evaluation return", "final training return",
@@ -158,7 +155,7 @@ def divergence_figure(data, games, out: Path) -> str:
                 ax.plot(steps, kl, color=f"C{i}", label=f"{label} seed {run.seed}: KL")
                 ax.plot(steps, ess, color=f"C{i}", ls="--", label=f"{label} seed {run.seed}: delta_ESS")
                 for bound, ls in zip((r["bounds"]["kl"][0], r["bounds"]["ess"][0]), ("-", "--")):
-                    if bound is not None and r["adapt"]:
+                    if bound is not None and r["divergence"] != "none":
                         ax.axhline(bound, color="grey", lw=0.8, ls=ls)
     for game in games:
         top[game].set(title=game, xlabel="environment steps", ylabel="divergence")

@@ -228,6 +228,12 @@ def load_scalars(run_dir: Path, tags) -> dict:
     return out
 
 
+def newer_copy(a: Run, b: Run) -> tuple[Run, Run]:
+    """(kept, ignored) of two copies of one run: the newer eval_results.json is kept."""
+    keep, drop = sorted([a, b], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+    return keep, drop
+
+
 class MixedLengths(ValueError):
     """One label's runs have different total_timesteps."""
 
@@ -253,7 +259,7 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
                 continue
             old = data[label].setdefault(run.game, {}).get(run.seed)
             if old is not None:
-                keep, drop = sorted([old, run], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+                keep, drop = newer_copy(old, run)
                 notes.append(f"{label}: {run.game} seed {run.seed} found twice; kept the newer `{keep.path}`, "
                              f"ignored `{drop.path}`")
                 run = keep
