@@ -2,6 +2,7 @@
 fixture of runs (eval_results.json + TensorBoard events written with SummaryWriter)."""
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -430,3 +431,13 @@ def test_total_timesteps_keeps_one_length_and_lists_the_others(tmp_path):
     assert row(data, "ABS")[2] == "1" and f"ABS: other length, left out: `{tmp_path / 'ABS' / 'mini'}` (20 steps, " \
         "not 1,000)" in data
     assert report.main([*runs, "--out", str(tmp_path / "o3"), "--total-timesteps", "5"]) == 1  # no run of 5 steps
+
+
+def test_a_run_found_twice_keeps_the_newer_copy(tmp_path):
+    write_run(tmp_path / "ABS" / "a", "Amidar-v5", 1, 100.0)
+    write_run(tmp_path / "ABS" / "b", "Amidar-v5", 1, 300.0)
+    older, newer = tmp_path / "ABS" / "b" / "eval_results.json", tmp_path / "ABS" / "a" / "eval_results.json"
+    os.utime(older, (1_000_000, 1_000_000))  # "b" is the older copy, whatever the order of the directory walk
+    data, _, notes = report.collect({"ABS": tmp_path / "ABS"}, None, {})
+    assert data["ABS"]["Amidar"][1].score == 100.0
+    assert notes == [f"ABS: Amidar seed 1 found twice; kept the newer `{newer.parent}`, ignored `{older.parent}`"]
