@@ -90,11 +90,18 @@ def mean_score(scores: np.ndarray) -> np.ndarray:
 def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0):
     """Point estimates and 95% stratified-bootstrap CIs (runs resampled within each game).
 
-    score_dict maps a name to a (runs x games) matrix. Returns ({name: point}, {name: 2 x k [lo; hi]})."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # arch's RandomState deprecation notice
-        return rly.get_interval_estimates(score_dict, func, reps=reps,
-                                          random_state=np.random.RandomState(seed))
+    score_dict maps a name to a (runs x games) matrix. Returns ({name: point}, {name: 2 x k [lo; hi]}).
+    The same seed gives the same intervals: rliable's StratifiedBootstrap draws its resamples from NumPy's global
+    generator (it ignores random_state), so the global generator is seeded here and restored afterwards."""
+    outer = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # arch's RandomState deprecation notice
+            return rly.get_interval_estimates(score_dict, func, reps=reps,
+                                              random_state=np.random.RandomState(seed))
+    finally:
+        np.random.set_state(outer)
 
 
 def improvement_rate(score_ref: float, score_other: float) -> float:

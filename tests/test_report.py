@@ -137,6 +137,20 @@ def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
     assert np.all(widths[30] < widths[3])
 
 
+def test_bootstrap_ci_is_set_by_its_seed_alone():
+    # rliable resamples with NumPy's global generator: whatever drew from it before must not move the intervals,
+    # --seed must, and the caller's global stream must be left where it was.
+    scores = np.random.default_rng(3).normal(size=(6, 4))
+    cis = []
+    for before in (1, 2):
+        np.random.seed(before)
+        cis.append(report.bootstrap_ci({"x": scores}, reps=200, seed=7)[1]["x"])
+        assert np.random.randint(1 << 30) == np.random.RandomState(before).randint(1 << 30)
+    np.testing.assert_array_equal(cis[0], cis[1])
+    other = report.bootstrap_ci({"x": scores}, reps=200, seed=8)[1]["x"]
+    assert not np.array_equal(other, cis[0])
+
+
 # ----------------------------------------------------------------------------- end to end
 def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finished=True, total=1000):
     from torch.utils.tensorboard import SummaryWriter
