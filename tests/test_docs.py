@@ -1,0 +1,128 @@
+"""The README and docs/: every relative link and image resolves to a file, the README stays a landing page (at most
+200 lines, none over 120 characters), and its two commands are there unchanged. Reads files only, in well under a
+second."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+# The README's two commands, byte for byte (CI and the docs cite them). They are the only lines allowed over 120
+# characters: the first is longer than that and must not be broken.
+COMMANDS = [
+    "    python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt && python abs_pqn_atari.py"
+    " --env-id Breakout-v5",
+    "    python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements-dev.txt && pytest -n auto",
+]
+MAX_LINES, MAX_WIDTH = 200, 120
+
+# [text](target) and ![alt](target), with an optional "title"; text may hold one level of brackets (`[`a`](b)`).
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def prose(text):
+    """The text with fenced code blocks, indented code blocks and inline code spans blanked out, so that a
+    `[i](j)` inside code is not taken for a link. Line numbers are kept."""
+    out, in_fence, prev_blank = [], False, True
+    for line in text.split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            out.append("")
+            continue
+        indented_code = prev_blank and line.startswith("    ") and not line.lstrip().startswith(("-", "*", "|"))
+        if in_fence or indented_code:
+            out.append("")
+            # an indented block goes on until a blank line; keep treating its lines as code
+            prev_blank = True if indented_code and line.strip() else not line.strip()
+            continue
+        out.append(re.sub(r"`[^`\n]*`", "``", line))
+        prev_blank = not line.strip()
+    return "\n".join(out)
+
+
+def links(path):
+    """(line number, target) of every Markdown link and image in a file."""
+    found = []
+    for number, line in enumerate(prose(path.read_text(encoding="utf-8")).split("\n"), start=1):
+        found += [(number, m.group(1)) for m in LINK.finditer(line)]
+    return found
+
+
+def local_target(target):
+    """The path part of a link that points into the repository, or None for a web link, a mail link or a pure
+    #anchor."""
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("#"):
+        return None  # http:, https:, mailto: and other schemes; anchors within the page
+    return target.split("#", 1)[0].split("?", 1)[0]
+
+
+def broken_links(path, root=ROOT):
+    """'file:line: target' for every relative link or image of a file whose target does not exist."""
+    broken = []
+    for number, target in links(path):
+        local = local_target(target)
+        if local is not None and not (path.parent / local).exists():
+            broken.append(f"{path.relative_to(root)}:{number}: {target}")
+    return broken
+
+
+def test_docs_folder_has_the_pages():
+    names = {p.name for p in PAGES}
+    for page in ["pqn.md", "gns.md", "ppo.md", "btr.md", "running.md", "reproducing.md", "benchmarks.md",
+                 "results-mujoco-1m.md", "study-mujoco-ess.md", "CONVENTIONS.md"]:
+        assert page in names, page
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    assert not broken_links(page), "\n".join(broken_links(page))
+
+
+def test_readme_links_every_docs_page():
+    linked = {(README.parent / local_target(t)).resolve() for _, t in links(README) if local_target(t)}
+    missing = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not missing, f"README does not link {missing}"
+
+
+def test_readme_is_a_landing_page():
+    lines = README.read_text(encoding="utf-8").split("\n")
+    if lines[-1] == "":
+        lines = lines[:-1]
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES})"
+    wide = [f"{n}: {len(line)}" for n, line in enumerate(lines, start=1) if len(line) > MAX_WIDTH and line not in COMMANDS]
+    assert not wide, f"README.md lines over {MAX_WIDTH} characters: {wide}"
+
+
+def test_readme_has_the_two_commands():
+    lines = README.read_text(encoding="utf-8").split("\n")
+    for command in COMMANDS:
+        assert command in lines, f"README.md lacks the command line {command.strip()!r}"
+
+
+# ---------------------------------------------------------------- the checker itself can fail
+def test_checker_finds_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    (tmp_path / "there.md").write_text("x")
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.png").write_text("x")
+    page.write_text("\n".join([
+        "[ok](there.md) [ok with anchor](there.md#part) [web](https://example.com/missing) [mail](mailto:a@b.c)",
+        "[anchor](#somewhere) ![image](img/a.png) [`code text`](there.md)",
+        "[gone](missing.md) ![gone image](img/b.png) [gone dir](nodir/#x)",
+        "`[not a link](in-code.md)`",
+        "",
+        "    [indented code](also-code.md)",
+        "",
+        "```",
+        "[fenced](fenced.md)",
+        "```",
+    ]))
+    targets = [t for _, t in links(page)]
+    assert "there.md#part" in targets and "img/a.png" in targets and "there.md" in targets
+    assert not {"in-code.md", "also-code.md", "fenced.md"} & set(targets)
+    assert broken_links(page, root=tmp_path) == ["page.md:3: missing.md", "page.md:3: img/b.png",
+                                                 "page.md:3: nodir/#x"]
