@@ -98,13 +98,13 @@ def tyro_cli(cls, argv, default=None):
             return tyro.cli(cls, args=argv, **({} if default is None else {"default": default}))
     except SystemExit as e:
         if e.code:
-            text = []
+            text = []  # the box's title ("Invalid choice"), then the message up to the help; rules left out
             for line in captured.getvalue().splitlines():
-                line = line.strip("│╭╮╰╯ ")
-                if line.startswith("─") or "helptext" in line:
+                line = line.strip("│╭╮╰╯|+ ")
+                if "helptext" in line:
                     break
-                if line and not line.startswith("─"):
-                    text.append(line)
+                if line.strip("─- "):
+                    text.append(line.strip("─- ") if line[0] in "─-" else line)
             print("error: " + " ".join(text[1:] or text or ["invalid command line"]), file=sys.stderr)
         raise
 

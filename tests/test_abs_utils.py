@@ -1,0 +1,353 @@
+"""Tests of abs_utils.py, the run machinery every script imports: flag checks and parsing, resume with the
+checkpoint's flags, weights-only checkpoint loading, RNG state, the Run (directory, writer, timing, progress,
+checkpoints, signals, the non-finite stop, results). The scripts' own tests run it end to end on real environments."""
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import abs_utils as U  # noqa: E402
+
+SCRIPT = "toy"
+
+
+@dataclass
+class Args:  # the fields the Run and parse_args read, as in every script, plus a few of each kind
+    exp_name: str = "toy"
+    seed: int = 1
+    torch_deterministic: bool = True
+    cuda: bool = False
+    track: bool = False
+    wandb_project_name: str = "abs"
+    wandb_entity: Optional[str] = None
+    output_dir: str = "runs"
+    run_name: Optional[str] = None
+    resume: Optional[str] = None
+    checkpoint_every: int = 100
+    log_every_seconds: float = 0.0
+    env_id: str = "Toy-v0"
+    total_timesteps: int = 1000
+    learning_rate: float = 1e-3
+    adapt: bool = True
+    window: int = 10
+    schedule: Literal["log", "linear"] = "log"
+    num_steps_min: int = 16
+    num_steps_max: int = 64
+    tag: Optional[str] = None
+
+
+RUN_CONTROL = ("resume", "total_timesteps", "checkpoint_every", "log_every_seconds", "cuda", "track")
+
+
+def problems(a):
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "window", "num_steps_min")
+    yield from U.in_domain(a, "> 0", "learning_rate")
+    yield a.num_steps_min <= a.num_steps_max, f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max"
+    yield 64 % a.num_steps_min == 0, "--num-steps-min must divide 64"  # divides: only reached once it is >= 1
+
+
+def parse(argv):
+    return U.parse_args(Args, SCRIPT, problems, RUN_CONTROL, argv)
+
+
+def one_error_line(capsys):
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+# ------------------------------------------------------------------ flags
+@pytest.mark.parametrize("argv, needle", [
+    (["--total-timesteps", "0"], "--total-timesteps must be >= 1, got 0"),
+    (["--learning-rate", "0"], "--learning-rate must be > 0, got 0.0"),
+    (["--learning-rate", "nan"], "--learning-rate must be a finite number, got nan"),
+    (["--log-every-seconds", "inf"], "--log-every-seconds must be a finite number"),
+    (["--num-steps-min", "0"], "--num-steps-min must be >= 1, got 0"),  # before the row that divides by it
+    (["--num-steps-min", "80"], "--num-steps-min (80) must be <= --num-steps-max"),
+    (["--num-steps-min", "5"], "--num-steps-min must divide 64"),
+    (["--seed", "-1"], "--seed must be in [0, 2^31 - 10000)"),
+    (["--run-name", "a/b"], "--run-name must be a single path component"),
+    (["--run-name", ".."], "--run-name must be a single path component"),
+    (["--schedule", "cubic"], "invalid choice 'cubic' for argument '--schedule'. Expected one of ('log', 'linear')"),
+    (["--window", "ten"], "--window"),  # tyro's type error, in one line
+    (["--no-such-flag"], "--no-such-flag"),
+    (["--resume", "nowhere/checkpoint.pt"], "--resume: no checkpoint file at 'nowhere/checkpoint.pt'"),
+])
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        parse(argv)
+    assert e.value.code == 2
+    assert needle in one_error_line(capsys)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bad_choice_is_one_line_from_a_real_process(tmp_path):
+    """tyro draws its error in a Unicode box outside pytest; the script's user sees one line naming the flag."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import abs_utils as U; from typing import Literal; "
+            "from dataclasses import dataclass\n@dataclass\nclass A:\n    schedule: Literal['log', 'linear'] = 'log'\n"
+            "U.tyro_cli(A, sys.argv[2:])")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", code, root, "--schedule", "cubic"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.splitlines() == [
+        "error: invalid choice 'cubic' for argument '--schedule'. Expected one of ('log', 'linear')."], p.stderr
+
+
+def test_track_without_wandb_is_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported
+    with pytest.raises(SystemExit):
+        parse(["--track"])
+    assert "--track needs the wandb package" in one_error_line(capsys)
+
+
+def test_in_domain_rows_name_the_flag_and_domain():
+    a = Args(total_timesteps=0, learning_rate=0.5)
+    assert list(U.in_domain(a, ">= 1", "total_timesteps")) == [(False, "--total-timesteps must be >= 1, got 0")]
+    assert [ok for ok, _ in U.in_domain(a, "in [0, 1]", "learning_rate")] == [True]
+    assert [ok for ok, _ in U.in_domain(Args(learning_rate=0.0), "in (0, 1]", "learning_rate")] == [False]
+    assert [ok for ok, _ in U.in_domain(Args(learning_rate=1.0), "in (0, 1]", "learning_rate")] == [True]
+
+
+def test_help_goes_to_stdout_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr()
+    assert "--num-steps-min" in out.out and out.err == ""
+
+
+def test_default_run_name_and_an_existing_run_directory_is_refused(tmp_path, capsys):
+    args, checkpoint = parse(["--output-dir", str(tmp_path)])
+    assert checkpoint is None and args.run_name.startswith("Toy-v0__toy__1__")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "eval_results.json").write_text("{}")
+    with pytest.raises(SystemExit) as e:
+        parse(["--output-dir", str(tmp_path), "--run-name", "taken"])
+    assert e.value.code == 2 and "already holds an earlier run's eval_results.json" in one_error_line(capsys)
+
+
+# ------------------------------------------------------------------ resume
+def write_checkpoint(path, args, **extra):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"args": dataclasses.asdict(args), "run_name": args.run_name, "algo": SCRIPT, **extra}, path)
+    return str(path)
+
+
+def test_resume_takes_every_flag_not_given_from_the_checkpoint(tmp_path, capsys):
+    saved = Args(run_name="r", seed=7, adapt=False, cuda=True, schedule="linear", tag="kept", window=3,
+                 learning_rate=0.5, total_timesteps=500)
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved)
+    args, checkpoint = parse(["--resume", ckpt])
+    assert checkpoint["run_name"] == "r"
+    assert dataclasses.replace(args, resume=None) == saved  # booleans, Optional, Literal, numbers all kept
+    assert capsys.readouterr().err == ""
+    # Run-control flags given on the command line win, including --no-x booleans and Optional set to None.
+    args, _ = parse(["--resume", ckpt, "--total-timesteps", "900", "--no-cuda", "--log-every-seconds", "2"])
+    assert (args.total_timesteps, args.cuda, args.log_every_seconds, args.adapt) == (900, False, 2.0, False)
+    assert capsys.readouterr().err == ""
+
+
+def test_resume_ignores_algorithm_flags_with_a_warning(tmp_path, capsys):
+    saved = Args(run_name="r", adapt=False, tag="kept", window=3)
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved)
+    args, _ = parse(["--resume", ckpt, "--adapt", "--tag", "None", "--window", "3", "--learning-rate", "0.1"])
+    assert (args.adapt, args.tag, args.window, args.learning_rate) == (False, "kept", 3, 1e-3)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: --resume keeps the checkpoint's algorithm flags; ignoring ")
+    assert "--adapt True (checkpoint: False)" in err and "--tag None (checkpoint: kept)" in err
+    assert "--learning-rate 0.1 (checkpoint: 0.001)" in err and "--window" not in err  # the same value: no warning
+
+
+def test_resume_fills_flags_the_checkpoint_predates_with_defaults(tmp_path):
+    saved = dataclasses.asdict(Args(run_name="r"))
+    del saved["tag"]
+    saved["removed_flag"] = 3  # a flag a later version dropped
+    path = tmp_path / "r" / "checkpoint.pt"
+    path.parent.mkdir()
+    torch.save({"args": saved, "run_name": "r", "algo": SCRIPT}, path)
+    args, _ = parse(["--resume", str(path)])
+    assert args.tag is None and not hasattr(args, "removed_flag")
+
+
+class PickleBomb:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("text", "is not a checkpoint of this script"),
+    ({"weights": torch.zeros(2)}, "is not a checkpoint of this script (no args or run_name)"),
+    ({"args": {}, "run_name": "x", "algo": "abs_btr"}, "is a checkpoint of abs_btr.py, not of toy.py"),
+    ({"args": {}, "run_name": "x"}, "is a checkpoint of None.py, not of toy.py"),
+])
+def test_foreign_files_are_refused(tmp_path, content, needle, capsys):
+    path = tmp_path / "c.pt"
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        torch.save(content, path)
+    with pytest.raises(SystemExit) as e:
+        parse(["--resume", str(path)])
+    assert e.value.code == 2 and needle in one_error_line(capsys)
+
+
+def test_a_pickled_object_is_refused_without_running_it(tmp_path):
+    marker, evil = tmp_path / "side_effect", tmp_path / "checkpoint.pt"
+    torch.save({"args": {}, "run_name": "evil", "algo": SCRIPT, "payload": PickleBomb(str(marker))}, evil)
+    with pytest.raises(ValueError, match="refused .* holds pickled objects"):
+        U.load_checkpoint(str(evil), SCRIPT)
+    assert not marker.exists()
+    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
+    assert marker.is_dir()
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    device = torch.device("cpu")
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    random.gauss(0, 1), np.random.randn()  # both now hold a cached second Gaussian, which the state must keep
+    torch.save({"rng": U.rng_state(device)}, tmp_path / "rng.pt")
+    expected = (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn())
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    U.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True)["rng"], device)
+    assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == expected
+
+
+# ------------------------------------------------------------------ small helpers
+def test_crossed_progress_line_and_summary():
+    # crossed: a multiple of `every` in (before, after]; 0 never checkpoints between the end and signals.
+    assert U.crossed(500, 0, 512) and U.crossed(500, 512, 1024) and U.crossed(500, 999, 1000)
+    assert not U.crossed(500, 1000, 1499) and not U.crossed(500, 1024, 1100) and not U.crossed(0, 0, 10**9)
+    line = U.progress_line(1024, 4096, 512, "L 16 | eps 0.500", [1.0, 2.0])
+    assert line == "step 1024/4096 | SPS 512 | L 16 | eps 0.500 | return 1.5 | ETA 0:00:06"
+    assert U.progress_line(0, 10, 0, "x", []).endswith("| x | return n/a | ETA 0:00:10")
+    s = U.summarize_eval([1.0, 3.0, 2.0], [10, 30, 20], 1)
+    assert (s["episodes"], s["mean"], s["median"], s["min"], s["max"], s["capped"]) == (3, 2.0, 2.0, 1.0, 3.0, 1)
+    assert s["std"] == pytest.approx(np.std([1, 3, 2])) and s["lengths"] == [10, 30, 20]
+    empty = U.summarize_eval([], [], 0)
+    assert empty["episodes"] == 0 and empty["mean"] is None
+
+
+def scalars(run_dir):
+    """Every scalar of the run directory, read as TensorBoard does (all event files, purges applied)."""
+    ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    ea.Reload()
+    return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
+
+
+def new_run(tmp_path, argv=()):
+    args, checkpoint = parse(["--output-dir", str(tmp_path), "--run-name", "r", *argv])
+    return U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))
+
+
+# ------------------------------------------------------------------ the Run
+def test_run_logs_timings_games_and_results(tmp_path, capsys):
+    run = new_run(tmp_path)
+    assert run.dir == str(tmp_path / "r") and run.device.type == "cpu" and os.path.isdir(run.dir)
+    run.begin(0)
+    with run.timed("env"):
+        time.sleep(0.02)
+    with pytest.raises(RuntimeError), run.timed("update"):  # a failing block adds nothing
+        raise RuntimeError
+    assert 0.02 <= run.perf["env"] < 0.5 and run.perf["update"] == 0.0
+    run.log(7, {"charts/SPS": 100}, perf=True)
+    run.log(8, {"adapt/divergence": 0.25})
+    run.log_games(np.array([1.0, 2.0]), np.array([10, 20]), 8)
+    run.progress(8, 100, "L 16", [1.0, 2.0])
+    assert "step 8/1000 | SPS 100 | L 16 | return 1.5" in capsys.readouterr().out
+    run.end_training()
+    summary = run.finish(1000, [1.0, 3.0], [5, 6], 0)
+    tags = scalars(run.dir)
+    assert tags["charts/SPS"] == [(7, 100.0)] and tags["adapt/divergence"] == [(8, 0.25)]
+    assert [s for s, _ in tags["perf/env_seconds"]] == [7] and tags["perf/update_seconds"] == [(7, 0.0)]
+    assert tags["charts/episodic_return"] == [(8, 1.0), (8, 2.0)] and tags["charts/episodic_length"] == [(8, 10), (8, 20)]
+    assert tags["eval/mean_return"] == [(1000, 2.0)] and not any(t.startswith("perf/cuda") for t in tags)
+    res = json.loads((tmp_path / "r" / "eval_results.json").read_text())
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
+                        "eval", "args"}
+    assert res["algo"] == "toy" and res["eval"] == summary and res["args"]["run_name"] == "r"
+    assert 0.02 <= res["train_seconds"] < 30
+
+
+def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_path):
+    run = new_run(tmp_path)
+    run.begin(0)
+    state = {"global_step": 0}
+    run.checkpoint(64, 64, lambda: state)
+    assert not os.path.exists(run.checkpoint_path)  # no multiple of 100 in (0, 64]
+    run.perf["env"] = 1.5
+    state["global_step"] = 128
+    run.checkpoint(128, 64, lambda: state)  # 100 lies in (64, 128]
+    ck = U.load_checkpoint(run.checkpoint_path, SCRIPT)
+    assert ck["global_step"] == 128 and ck["perf"] == {"env": 1.5, "update": 0.0} and ck["run_name"] == "r"
+    assert ck["args"]["checkpoint_every"] == 100 and set(ck["rng"]) == {"python", "numpy", "torch"}
+    ck["train_seconds"] = 42.0
+    torch.save(ck, run.checkpoint_path)
+    run.writer.close()
+    args, checkpoint = parse(["--resume", run.checkpoint_path, "--total-timesteps", "2000"])
+    resumed = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))
+    resumed.begin(checkpoint["global_step"])
+    assert resumed.dir == run.dir and resumed.train_seconds == 42.0 and resumed.perf == {"env": 1.5, "update": 0.0}
+    resumed.checkpoint(2000, 64, lambda: {"global_step": 2000})  # the end is always checkpointed
+    assert U.load_checkpoint(resumed.checkpoint_path, SCRIPT)["global_step"] == 2000
+    resumed.writer.close()
+
+
+def test_a_stop_signal_checkpoints_and_exits_128_plus_n(tmp_path, capsys):
+    run = new_run(tmp_path, ["--checkpoint-every", "0"])
+    run.begin(0)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler only records it
+        assert run.stop_signal == [signal.SIGTERM]
+        with pytest.raises(SystemExit) as e:
+            run.checkpoint(64, 64, lambda: {"global_step": 64})
+    finally:
+        run.end_training()  # the default handlers again
+    assert e.value.code == 128 + signal.SIGTERM
+    out = capsys.readouterr().out
+    assert "checkpointing at the end of this iteration" in out and "resume with --resume" in out
+    assert U.load_checkpoint(run.checkpoint_path, SCRIPT)["global_step"] == 64
+
+
+def test_a_non_finite_loss_saves_the_state_before_it_and_exits_3(tmp_path, capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    with pytest.raises(SystemExit) as e:
+        run.fail(32, RuntimeError("non-finite TD loss"), lambda: {"global_step": 0})
+    run.end_training()
+    assert e.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: non-finite TD loss at global_step 32") and "lower" in err[0]
+    assert U.load_checkpoint(os.path.join(run.dir, "checkpoint_nonfinite.pt"), SCRIPT)["global_step"] == 0
+    assert not os.path.exists(run.checkpoint_path)  # checkpoint.pt stays the last good one
+
+
+def test_a_resumed_writer_drops_the_events_after_the_checkpoint(tmp_path):
+    run = new_run(tmp_path)
+    run.begin(0)
+    for step in (100, 200, 300):
+        run.log(step, {"losses/x": float(step)})
+    run.writer.close()
+    path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", run.args, global_step=200, train_seconds=0.0,
+                            rng=U.rng_state(torch.device("cpu")))
+    args, checkpoint = parse(["--resume", path])
+    resumed = U.Run(args, checkpoint, SCRIPT, phases=("env",))
+    resumed.begin(200)
+    resumed.log(250, {"losses/x": 250.0})
+    resumed.writer.close()
+    assert scalars(run.dir)["losses/x"] == [(100, 100.0), (200, 200.0), (250, 250.0)]
