@@ -9,30 +9,23 @@ of the ratios pi_new / pi_old at the actions the old policy took (README: "Beyon
 
     python abs_ppo_mujoco.py --env-id HalfCheetah-v4 --seed 1     # --help lists every flag
 
-Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); the run machinery
-(flag checks, checkpoints, evaluation, files); the training loop at the bottom.
+Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks,
+normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
 """
 import copy
-import importlib
-import json
 import math
 import os
-import random
-import signal
-import sys
-import time
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import tyro
 from torch.distributions.normal import Normal
-from torch.utils.tensorboard import SummaryWriter
+
+import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -113,21 +106,19 @@ class Args:
     """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
     ema_beta: float = 0.1
     """beta of the EMA that moves L towards its target"""
-    divergence: str = "kl"
-    """the divergence the schedule uses: kl (the paper: mean KL in nats, bounds --kl-low/--kl-high) | ess
-    (1 - ESS/n of the policy ratios at the rollout's actions, in [0, 1], bounds --ess-low/--ess-high)"""
+    divergence: Literal["kl", "ess"] = "kl"
+    """the schedule's divergence: kl (the paper's mean KL, nats; --kl-*) | ess (1 - ESS/n of the ratios; --ess-*)"""
     kl_low: float = 0.01
     """delta_min of --divergence kl: a mean KL at or below this gives L_max"""
     kl_high: float = 0.1
     """delta_max of --divergence kl: a mean KL at or above this gives L_min"""
     ess_low: float = 0.02
-    """delta_min of --divergence ess: a mean 1 - ESS/n at or below this gives L_max (2 x --kl-low: 1 - ESS/n measured
-    1.9-2.0 x the KL on HalfCheetah, Hopper, Walker2d; README "Beyond the paper")"""
+    """delta_min of --divergence ess: a mean 1 - ESS/n at or below this gives L_max (2 x --kl-low: 1 - ESS/n ~ 2 KL)"""
     ess_high: float = 0.2
     """delta_max of --divergence ess: a mean 1 - ESS/n at or above this gives L_min (2 x --kl-high)"""
     ref_batch_size: int = 2048
     """M: rollout states (and their actions) on which the divergences are measured"""
-    schedule: str = "log"
+    schedule: Literal["log", "linear"] = "log"
     """interpolation of L between the divergence bounds: log | linear"""
     update_epochs: int = 10
     """base epochs at the reference length"""
@@ -143,8 +134,6 @@ class Args:
     """deterministic (mean action) evaluation episodes after training, observation statistics frozen"""
 
 
-SCHEDULES = ("log", "linear")
-DIVERGENCES = ("kl", "ess")
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads",
@@ -321,13 +310,20 @@ def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: in
     return learning_rate * (1.0 - global_step / total_timesteps if anneal else 1.0)
 
 
-def allocate_storage(L_max, num_envs, obs_dim, act_dim, device):
+@dataclass
+class Rollout:
     """Rollout storage, allocated once at L_max (an iteration uses the first L rows)."""
-    def zeros(*shape):
-        return torch.zeros((L_max, num_envs) + shape, device=device)
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    values: torch.Tensor
 
-    return {"obs": zeros(obs_dim), "actions": zeros(act_dim), "logprobs": zeros(), "rewards": zeros(),
-            "dones": zeros(), "values": zeros()}
+    @classmethod
+    def allocate(cls, L_max, num_envs, obs_dim, act_dim, device):
+        shapes = {"obs": (obs_dim,), "actions": (act_dim,), "logprobs": (), "rewards": (), "dones": (), "values": ()}
+        return cls(**{name: torch.zeros((L_max, num_envs) + shape, device=device) for name, shape in shapes.items()})
 
 
 class NonFiniteLoss(RuntimeError):
@@ -407,63 +403,7 @@ def make_envs(env_id, num_envs, gamma):
     return envs
 
 
-# ================================================================ run machinery (not the algorithm)
-# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from each
-# script's VALIDATION table, environment checks, checkpointed environment state and evaluate(), this section
-# is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def rule(name: str, ok, domain: str):
-    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
-    return (flag_of(name), lambda a: ok(getattr(a, name)),
-            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
-
-
-def at_least(lo, *names):
-    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
-
-
-def positive(*names):
-    return [rule(n, lambda v: v > 0, "> 0") for n in names]
-
-
-def probability(*names):
-    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
-
-
-def discount(*names):
-    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
-
-
-def one_of(name: str, choices):
-    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def seed_rule(name: str = "seed"):
-    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
-    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
-
-
-def run_name_rule():
-    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
-                "a single path component (no '/', not '.' or '..')")
-
-
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def track_rule():
-    return ("--track", lambda a: not a.track or importable("wandb"),
-            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
-
-
+# ================================================================ this script's flags, normalisation and evaluation
 def is_mujoco(env_id: str) -> bool:
     try:
         return "mujoco" in str(gym.spec(env_id).entry_point)
@@ -471,47 +411,34 @@ def is_mujoco(env_id: str) -> bool:
         return False
 
 
-# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
-# One-flag rows come first so that the rows relating several flags may divide by them.
-VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES), one_of("divergence", DIVERGENCES),
-    ("--env-id", lambda a: is_mujoco(a.env_id),
-     lambda a: f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {a.env_id!r}"),
-    *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
-              "adapt_freq", "window", "ref_batch_size", "update_epochs", "epochs_ref_steps", "min_update_epochs"),
-    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads", "ent_coef", "vf_coef"),
-    *positive("learning_rate", "clip_coef", "max_grad_norm", "kl_low"),
-    *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
-    *[rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in ("ess_low", "ess_high")],  # 1 - ESS/n lies in [0, 1]
-    *probability("gae_lambda"),
-    ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
-     lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
-    ("--kl-high", lambda a: a.kl_low < a.kl_high,
-     lambda a: f"--kl-low and --kl-high must satisfy 0 < low < high, got {a.kl_low} and {a.kl_high}"),
-    ("--ess-high", lambda a: a.ess_low < a.ess_high,
-     lambda a: f"--ess-low and --ess-high must satisfy 0 < low < high <= 1, got {a.ess_low} and {a.ess_high}"),
-    # Every L the run may use must split into equal minibatches: ABS rounds L to a multiple of the minibatch count.
-    ("--num-minibatches", lambda a: not a.adapt or multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)[0]
-     <= multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)[1],
-     lambda a: f"[--num-steps-min, --num-steps-max] = [{a.num_steps_min}, {a.num_steps_max}] contains no multiple of "
-               f"--num-minibatches ({a.num_minibatches})"),
-    ("--num-minibatches", lambda a: a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0,
-     lambda a: f"the batch --num-envs x --num-steps ({a.num_envs * a.num_steps}) must be divisible by "
-               f"--num-minibatches ({a.num_minibatches})"),
-    ("--num-minibatches", lambda a: a.num_envs * (multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)[0]
-                                                  if a.adapt else a.num_steps) >= 2 * a.num_minibatches,
-     lambda a: f"--num-minibatches ({a.num_minibatches}) leaves fewer than 2 transitions per minibatch"),
-]
+def flag_problems(a: Args):
+    """(ok, message) rows after abs_utils.common_problems; one-flag rows first, so later rows may divide by them."""
+    yield is_mujoco(a.env_id), f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {a.env_id!r}"
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
+                           "num_steps_max", "adapt_freq", "window", "ref_batch_size", "update_epochs",
+                           "epochs_ref_steps", "min_update_epochs")
+    yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads",
+                           "ent_coef", "vf_coef")
+    yield from U.in_domain(a, "> 0", "learning_rate", "clip_coef", "max_grad_norm", "kl_low")
+    yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta", "ess_low", "ess_high")  # 1 - ESS/n lies in [0, 1]
+    yield from U.in_domain(a, "in [0, 1]", "gae_lambda")
+    yield (a.num_steps_min <= a.num_steps_max,
+           f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})")
+    yield a.kl_low < a.kl_high, f"--kl-low and --kl-high must satisfy 0 < low < high, got {a.kl_low} and {a.kl_high}"
+    yield (a.ess_low < a.ess_high, "--ess-low and --ess-high must satisfy 0 < low < high <= 1, "
+           f"got {a.ess_low} and {a.ess_high}")
+    lo, hi = multiples_in(a.num_steps_min, a.num_steps_max, a.num_minibatches)  # the L that ABS may round to
+    yield (not a.adapt or lo <= hi, f"[--num-steps-min, --num-steps-max] = [{a.num_steps_min}, {a.num_steps_max}] "
+           f"contains no multiple of --num-minibatches ({a.num_minibatches})")
+    yield (a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0, "the batch --num-envs x --num-steps "
+           f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
+    yield (a.num_envs * (lo if a.adapt else a.num_steps) >= 2 * a.num_minibatches,
+           f"--num-minibatches ({a.num_minibatches}) leaves fewer than 2 transitions per minibatch")
 
 
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for _flag, ok, message in VALIDATION:
-        if not ok(args):
-            raise ValueError(message(args))
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, argv)
 
 
 # Checkpoint state of the shared observation and reward normalisation: gymnasium keeps it in numpy arrays, which
@@ -572,247 +499,12 @@ def evaluate(agent, env_id, episodes, obs_rms, seed, device):
     return returns, lengths, capped
 
 
-def summarize_eval(returns, lengths, capped):
-    r = np.asarray(returns, dtype=np.float64)
-    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
-             else dict.fromkeys(("mean", "std", "median", "min", "max")))
-    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
-
-
-def log_finished_games(writer, returns, lengths, step: int) -> None:
-    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
-    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
-    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
-        writer.add_scalar("charts/episodic_return", episode_return, step)
-        writer.add_scalar("charts/episodic_length", episode_length, step)
-
-
-def atomic_write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-
-
-def atomic_torch_save(path, obj):
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def rng_state(device):
-    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-             "torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state, device):
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def flags_given(argv) -> set:
-    """The Args fields named on the command line: --flag-name, --flag-name=value, --no-flag-name (or underscores)."""
-    names, given = {f.name for f in fields(Args)}, set()
-    for token in argv:
-        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
-        if name not in names and name.startswith("no_"):
-            name = name[3:]
-        if name in names:
-            given.add(name)
-    return given
-
-
-def load_checkpoint(path: str) -> dict:
-    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
-    (which could run code while it is unpickled) is refused without being built."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--resume: no checkpoint file at {path!r}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        try:
-            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        except Exception:
-            unsafe = []
-        if unsafe and all(g.startswith("numpy") for g in unsafe):  # numpy RNG state: before weights_only loading
-            raise ValueError(f"--resume: refused {path!r}: written by an earlier version of this script, whose "
-                             "numpy arrays cannot be loaded without unpickling; restart the run") from None
-        if unsafe:
-            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
-                             "could run code when loaded; only tensors and plain data are accepted") from None
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
-    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
-    return checkpoint
-
-
-def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
-    """Parse and validate the flags; exit 2 with one line on stderr on bad input, before anything is created.
-
-    With --resume, a flag not on the command line comes from the checkpoint. A run-control flag that is given
-    (RUN_CONTROL_FLAGS) overrides the checkpoint's; another flag that is given is ignored with a warning, since it
-    would change the algorithm mid-run. A new run never reuses a run directory that holds a checkpoint or results."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = tyro.cli(Args, args=argv)
-    checkpoint = None
-    try:
-        if args.resume is not None:
-            checkpoint = load_checkpoint(args.resume)
-            cli, given = asdict(args), flags_given(argv)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in cli}
-            ignored = [f"{flag_of(k)} {cli[k]} (checkpoint: {v})" for k, v in saved.items()
-                       if k in given and k not in RUN_CONTROL_FLAGS and cli[k] != v]
-            if ignored:
-                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
-                      file=sys.stderr)
-            args = Args(**{**cli, **{k: v for k, v in saved.items() if k not in given or k not in RUN_CONTROL_FLAGS}})
-            args.run_name = checkpoint["run_name"]
-        validate_args(args)
-        if checkpoint is None:
-            args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-            run_dir = os.path.join(args.output_dir, args.run_name)
-            for name in ("checkpoint.pt", "eval_results.json"):
-                if os.path.exists(os.path.join(run_dir, name)):
-                    raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
-                                     f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    return args, checkpoint
-
-
-def start_run(args, checkpoint):
-    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
-    run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
-               else os.path.join(args.output_dir, args.run_name))
-    os.makedirs(run_dir, exist_ok=True)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
-    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-
-def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
-    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
-    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    return writer
-
-
-def catch_stop_signals(unit: str) -> list:
-    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
-    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop_signal
-
-
-def release_stop_signals():
-    """After training (checkpointed), a signal during evaluation simply ends the process."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-@contextmanager
-def timed(perf: dict, phase: str):
-    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags). A block left
-    by an exception adds nothing: a failing step is not part of the measured time."""
-    start = time.perf_counter()
-    yield
-    perf[phase] += time.perf_counter() - start
-
-
-def crossed(every: int, before: int, after: int) -> bool:
-    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
-    return every > 0 and after // every > before // every
-
-
-def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
-    """One event per tag; with perf, also every phase's cumulative seconds, and with a CUDA device its peak memory
-    (logged with the phase sums each iteration, so that a run stopped by a signal reports them too)."""
-    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
-    if device is not None and device.type == "cuda":
-        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
-    for tag, value in scalars.items():
-        writer.add_scalar(tag, value, step)
-
-
-def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
-    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
-    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
-            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
-
-
-def checkpoint_state(args, device, **state) -> dict:
-    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
-    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
-
-
-def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
-    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
-    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
-    save_checkpoint(path)
-    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
-    writer.close()
-    sys.exit(code)
-
-
-def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
-    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({summary['capped']} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        import wandb
-
-        wandb.finish()
-
-
 if __name__ == "__main__":
     args, checkpoint = parse_args()
-    run_dir, device = start_run(args, checkpoint)
+    run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "update", "adapt"))
+    device = run.device
     if args.torch_threads:  # tiny MLPs: extra threads only spin, and starve everything else on a busy CPU
         torch.set_num_threads(args.torch_threads)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     envs = make_envs(args.env_id, args.num_envs, args.gamma)
     obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -820,47 +512,36 @@ if __name__ == "__main__":
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
     E = args.num_envs
-    # Fixed-batch mode (--no-adapt): L = --num-steps throughout; the scheduler only records divergences.
-    # ABS rounds L to a multiple of the minibatch count. Both divergences are measured and logged; the scheduler
-    # gets the one --divergence selects.
+    # --no-adapt: L = --num-steps, the scheduler only records; ABS rounds L to a multiple of the minibatch count.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     use_ess = args.divergence == "ess"
     delta_min, delta_max = (args.ess_low, args.ess_high) if use_ess else (args.kl_low, args.kl_high)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, delta_min, delta_max, args.schedule,
                              multiple=args.num_minibatches if args.adapt else 1)
     mean_tag, bar_name = ("adapt/divergence_ess_mean", "ess_bar") if use_ess else ("adapt/kl_mean", "kl_bar")
-    buf = allocate_storage(L_max, E, obs_dim, act_dim, device)  # buf[name][t]: step t of the rollout
-    storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
+    rollout = Rollout.allocate(L_max, E, obs_dim, act_dim, device)  # rollout.obs[t]: step t
+    storage_bytes = sum(t.numel() * t.element_size() for t in vars(rollout).values())
 
-    global_step, iteration, train_seconds = 0, 0, 0.0
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    global_step, iteration = 0, 0
     if checkpoint is not None:
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         set_normalization_state(envs, checkpoint["normalization"])
-        global_step, iteration, train_seconds = (
-            checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
-        perf.update(checkpoint.get("perf", {}))
-        set_rng_state(checkpoint["rng"], device)
-        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset; "
+        global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset; "
               f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
-    writer = open_writer(run_dir, args, checkpoint, global_step)
-    writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
-    print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
+    run.begin(global_step)
+    run.log(global_step, {"perf/storage_bytes": storage_bytes})
+    print(f"run {run.dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
 
-    def save_checkpoint(path=checkpoint_path):
-        atomic_torch_save(path, checkpoint_state(
-            args, device, agent=agent.state_dict(), optimizer=optimizer.state_dict(),
-            scheduler=scheduler.state_dict(), normalization=normalization_state(envs), global_step=global_step,
-            iteration=iteration, train_seconds=train_seconds, perf=dict(perf)))
+    def state():  # what a checkpoint holds besides what the Run adds (RNGs, flags, timings)
+        return {"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "normalization": normalization_state(envs), "global_step": global_step, "iteration": iteration}
 
-    stop_signal = catch_stop_signals("iteration")
     # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
     next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=20)
-    start_time, start_step, last_print = time.time(), global_step, 0.0
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
@@ -871,45 +552,41 @@ if __name__ == "__main__":
         learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
         optimizer.param_groups[0]["lr"] = learning_rate
         for step in range(L):
-            with timed(perf, "inference"):
-                buf["obs"][step] = next_obs
+            with run.timed("inference"):
+                rollout.obs[step] = next_obs
                 with torch.no_grad():
-                    action, buf["logprobs"][step], _, buf["values"][step] = agent.get_action_and_value(next_obs)
-                buf["actions"][step] = action
+                    action, rollout.logprobs[step], _, rollout.values[step] = agent.get_action_and_value(next_obs)
+                rollout.actions[step] = action
                 action_np = action.cpu().numpy()
-            with timed(perf, "env"):
+            with run.timed("env"):
                 obs, reward, term, trunc, info = envs.step(action_np)
             next_obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            buf["rewards"][step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            buf["dones"][step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
+            rollout.rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            rollout.dones[step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
             global_step += E
             if "final_info" in info:  # raw (unnormalised) episode statistics from RecordEpisodeStatistics
                 ended, episode = info["final_info"]["_episode"], info["final_info"]["episode"]
-                log_finished_games(writer, episode["r"][ended], episode["l"][ended], global_step)
+                run.log_games(episode["r"][ended], episode["l"][ended], global_step)
                 recent_returns.extend(episode["r"][ended].tolist())
 
-        with timed(perf, "update"):
+        with run.timed("update"):
             with torch.no_grad():
-                advantages = gae(buf["rewards"][:L], buf["values"][:L], buf["dones"][:L], agent.get_value(next_obs),
+                advantages = gae(rollout.rewards[:L], rollout.values[:L], rollout.dones[:L], agent.get_value(next_obs),
                                  args.gamma, args.gae_lambda)
-                returns = advantages + buf["values"][:L]
-            b_obs, b_actions = buf["obs"][:L].reshape(L * E, obs_dim), buf["actions"][:L].reshape(L * E, act_dim)
-            b_values, b_returns = buf["values"][:L].reshape(-1), returns.reshape(-1)
+                returns = advantages + rollout.values[:L]
+            b_obs, b_actions = rollout.obs[:L].reshape(L * E, obs_dim), rollout.actions[:L].reshape(L * E, act_dim)
+            b_values, b_returns = rollout.values[:L].reshape(-1), returns.reshape(-1)
             try:
-                stats = ppo_update(agent, optimizer, b_obs, b_actions, buf["logprobs"][:L].reshape(-1),
+                stats = ppo_update(agent, optimizer, b_obs, b_actions, rollout.logprobs[:L].reshape(-1),
                                    advantages.reshape(-1), b_returns, b_values, epochs, args)
-            except NonFiniteLoss as e:
-                train_seconds += time.time() - start_time  # up to now, like the perf sums
-                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
-                save_and_exit(save_checkpoint, writer, failed_path, 3,
-                              f"error: {e} at global_step {global_step}; state before that step saved to "
-                              f"{failed_path}. Start again with a lower --learning-rate.")
+            except NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+                run.fail(global_step, e, state)
             var_y = b_returns.var(unbiased=False).item()
             explained_var = (float("nan") if var_y == 0
                              else 1.0 - (b_returns - b_values).var(unbiased=False).item() / var_y)
 
         if measure:
-            with timed(perf, "adapt"):
+            with run.timed("adapt"):
                 ref = torch.randperm(L * E, device=device)[: args.ref_batch_size]
                 kl, ess = policy_divergences(agent, snapshot, b_obs[ref], b_actions[ref])
                 if args.adapt:
@@ -917,43 +594,27 @@ if __name__ == "__main__":
                 else:  # fixed batch: the divergences are only logged (--track-divergence)
                     scheduler.record(ess if use_ess else kl)
             new_L = scheduler.num_steps
-            log_scalars(writer, global_step, {
+            run.log(global_step, {
                 "adapt/kl": kl, "adapt/divergence_ess": ess, mean_tag: scheduler.delta_bar, "adapt/num_steps": new_L,
                 "adapt/batch_size": new_L * E, "adapt/update_epochs": update_epochs_for(
                     new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)})
         iteration += 1
 
-        now = time.time()
-        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        log_scalars(writer, global_step, {
-            "charts/SPS": sps, "charts/learning_rate": learning_rate,
-            **{f"losses/{name}": value for name, value in stats.items()},
-            "losses/explained_variance": explained_var}, perf, device)
-        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
-            last_print = now
-            print(progress_line(global_step, args.total_timesteps, sps,
-                                f"L {L} | {bar_name} {scheduler.delta_bar:.4f} | epochs {epochs}", recent_returns),
-                  flush=True)
-
-        if stop_signal:
-            train_seconds += now - start_time
-            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
-                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                          f"resume with --resume {checkpoint_path}")
-        if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
-            writer.flush()  # the events up to the checkpoint survive a hard kill (a resume purges the later ones)
-            save_checkpoint()
+        sps = run.sps(global_step)
+        run.log(global_step, {"charts/SPS": sps, "charts/learning_rate": learning_rate,
+                              **{f"losses/{name}": value for name, value in stats.items()},
+                              "losses/explained_variance": explained_var}, perf=True)
+        window = f" | {bar_name} {scheduler.delta_bar:.4f}" if scheduler.history else ""  # once a measurement exists
+        run.progress(global_step, sps, f"L {L}{window} | epochs {epochs}", recent_returns)
+        run.checkpoint(global_step, L * E, state)  # and on SIGTERM/SIGINT: checkpoint, exit 128 + n
     obs_rms = normalization_state(envs)["obs_rms"]  # frozen for evaluation and saved with the model
     envs.close()
-    train_seconds += time.time() - start_time
+    run.end_training()
 
-    release_stop_signals()
     if args.save_model:
-        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"agent": agent.state_dict(), "obs_rms": obs_rms,
-                                                             "args": vars(args)})
-    returns, lengths, capped = ([], [], 0)
+        run.save_model({"agent": agent.state_dict(), "obs_rms": obs_rms})
+    returns, lengths, capped = [], [], 0
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (mean action, frozen observation statistics)")
         returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, obs_rms, args.seed + 10_000, device)
-    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
+    run.finish(global_step, returns, lengths, capped)
