@@ -11,30 +11,24 @@ for ablations.
     python abs_btr.py --env-id Breakout-v5 --seed 1     # --help lists every flag
 
 Reading order: Args; the paper's method (the ABS schedule and divergence, then BTR: replay, network, targets,
-update, exploration); the run machinery (flag checks, checkpoints, evaluation, files); the training loop at the
-bottom.
+update, exploration); this script's flag checks and evaluation; the training loop at the bottom. The run machinery
+(flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a copy of this script takes
+along.
 """
 import copy
-import importlib
-import json
 import math
 import os
-import random
-import signal
-import sys
-import time
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import envpool
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+
+import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -99,7 +93,7 @@ class Args:
     """initial exploration epsilon (on top of the noisy nets)"""
     end_e: float = 0.01
     """final exploration epsilon"""
-    epsilon_schedule: str = "geometric"
+    epsilon_schedule: Literal["geometric", "linear"] = "geometric"
     """epsilon decay: geometric (BTR's, end + (start - end)(1 - 1/exploration-steps)^t at env step t) | linear"""
     exploration_steps: int = 2_000_000
     """env steps of the epsilon decay: the geometric decay's time constant, or the linear decay's length"""
@@ -173,7 +167,7 @@ class Args:
     """delta_max: a mean divergence at or above this gives B_min"""
     ref_batch_size: int = 2048
     """M: states from the newest transitions on which the divergence is measured"""
-    schedule: str = "log"
+    schedule: Literal["log", "linear"] = "log"
     """interpolation of the batch between the divergence bounds: log | linear"""
     track_divergence: bool = False
     """with --no-adapt, still measure and log the divergence every K gradient steps"""
@@ -194,8 +188,6 @@ class Args:
 
 
 FRAME_STACK = 4
-SCHEDULES = ("log", "linear")
-EPSILON_SCHEDULES = ("geometric", "linear")
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
@@ -727,63 +719,7 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
                         reward_clip=train, max_episode_steps=max_episode_steps)
 
 
-# ================================================================ run machinery (not the algorithm)
-# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from each
-# script's VALIDATION table, environment checks, checkpointed environment state and evaluate(), this section
-# is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def rule(name: str, ok, domain: str):
-    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
-    return (flag_of(name), lambda a: ok(getattr(a, name)),
-            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
-
-
-def at_least(lo, *names):
-    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
-
-
-def positive(*names):
-    return [rule(n, lambda v: v > 0, "> 0") for n in names]
-
-
-def probability(*names):
-    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
-
-
-def discount(*names):
-    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
-
-
-def one_of(name: str, choices):
-    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def seed_rule(name: str = "seed"):
-    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
-    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
-
-
-def run_name_rule():
-    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
-                "a single path component (no '/', not '.' or '..')")
-
-
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def track_rule():
-    return ("--track", lambda a: not a.track or importable("wandb"),
-            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
-
-
+# ================================================================ this script's flags and evaluation
 def is_atari(env_id: str) -> bool:
     try:
         return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
@@ -791,54 +727,46 @@ def is_atari(env_id: str) -> bool:
         return False
 
 
-# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
-# One-flag rows come first so that the rows relating several flags may divide by them.
-VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("schedule", SCHEDULES),
-    one_of("epsilon_schedule", EPSILON_SCHEDULES),
-    rule("divergence_offset", lambda v: v is None or v >= 0, ">= 0"),
-    ("--env-id", lambda a: is_atari(a.env_id),
-     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
-    *at_least(1, "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min", "batch_size_max",
-              "batch_size_multiple", "adapt_freq", "divergence_span", "window", "ref_batch_size", "n_step", "num_tau",
-              "num_cosines", "hidden_size", "target_network_frequency", "scalar_every", "eval_num_envs",
-              "eval_max_episode_steps"),
-    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts", "exploration_steps",
-              "maxpool_size", "noisy_sigma0", "per_alpha"),
-    *positive("learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau", "model_size"),
-    *discount("gamma"), rule("ema_beta", lambda v: 0 < v <= 1, "in (0, 1]"),
-    *probability("start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha", "epsilon_off_fraction"),
-    rule("munchausen_clip", lambda v: v <= 0, "<= 0"),
-    ("--model-size", lambda a: not a.impala or int(16 * a.model_size) >= 1,
-     lambda a: f"--model-size must give at least one channel (>= 1/16), got {a.model_size}"),
-    ("--buffer-size", lambda a: a.buffer_size % a.num_envs == 0,
-     lambda a: f"--buffer-size ({a.buffer_size}) must be a multiple of --num-envs ({a.num_envs})"),
-    ("--buffer-size", lambda a: a.buffer_size // a.num_envs >= 2 * (a.n_step + FRAME_STACK),
-     lambda a: f"--buffer-size must give each env at least {2 * (a.n_step + FRAME_STACK)} rows "
-               f"(--n-step {a.n_step}), got {a.buffer_size // a.num_envs}"),
-    ("--learning-starts", lambda a: a.learning_starts <= a.buffer_size,
-     lambda a: f"--learning-starts ({a.learning_starts}) must be <= --buffer-size ({a.buffer_size})"),
-    ("--batch-size-min", lambda a: a.batch_size_min <= a.batch_size_max,
-     lambda a: f"--batch-size-min ({a.batch_size_min}) must be <= --batch-size-max ({a.batch_size_max})"),
-    *[(flag_of(n), lambda a, n=n: not a.adapt or getattr(a, n) % a.batch_size_multiple == 0,
-       lambda a, n=n: f"{flag_of(n)} ({getattr(a, n)}) must be a multiple of --batch-size-multiple "
-                      f"({a.batch_size_multiple})") for n in ("batch_size_min", "batch_size_max")],
-    ("--divergence-span", lambda a: a.divergence_span <= a.adapt_freq,
-     lambda a: f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})"),
-    ("--divergence-low", lambda a: 0.0 < a.divergence_low < a.divergence_high <= 1.0,
-     lambda a: "--divergence-low and --divergence-high must satisfy 0 < low < high <= 1, "
-               f"got {a.divergence_low} and {a.divergence_high}"),
-]
+def flag_problems(a: Args):
+    """(ok, message) rows for this script's flags, checked in order after abs_utils.common_problems (the first
+    failing row is the error); one-flag rows come first, so that the rows relating several flags may divide by them."""
+    yield (a.divergence_offset is None or a.divergence_offset >= 0,
+           f"--divergence-offset must be >= 0, got {a.divergence_offset!r}")
+    yield is_atari(a.env_id), f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min",
+                           "batch_size_max", "batch_size_multiple", "adapt_freq", "divergence_span", "window",
+                           "ref_batch_size", "n_step", "num_tau", "num_cosines", "hidden_size",
+                           "target_network_frequency", "scalar_every", "eval_num_envs", "eval_max_episode_steps")
+    yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts",
+                           "exploration_steps", "maxpool_size", "noisy_sigma0", "per_alpha")
+    yield from U.in_domain(a, "> 0", "learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau",
+                           "model_size")
+    yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta")
+    yield from U.in_domain(a, "in [0, 1]", "start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha",
+                           "epsilon_off_fraction")
+    yield a.munchausen_clip <= 0, f"--munchausen-clip must be <= 0, got {a.munchausen_clip!r}"
+    yield (not a.impala or int(16 * a.model_size) >= 1,
+           f"--model-size must give at least one channel (>= 1/16), got {a.model_size}")
+    yield (a.buffer_size % a.num_envs == 0,
+           f"--buffer-size ({a.buffer_size}) must be a multiple of --num-envs ({a.num_envs})")
+    yield (a.buffer_size // a.num_envs >= 2 * (a.n_step + FRAME_STACK), "--buffer-size must give each env at least "
+           f"{2 * (a.n_step + FRAME_STACK)} rows (--n-step {a.n_step}), got {a.buffer_size // a.num_envs}")
+    yield (a.learning_starts <= a.buffer_size,
+           f"--learning-starts ({a.learning_starts}) must be <= --buffer-size ({a.buffer_size})")
+    yield (a.batch_size_min <= a.batch_size_max,
+           f"--batch-size-min ({a.batch_size_min}) must be <= --batch-size-max ({a.batch_size_max})")
+    for name in ("batch_size_min", "batch_size_max"):
+        yield (not a.adapt or getattr(a, name) % a.batch_size_multiple == 0, f"{U.flag_of(name)} "
+               f"({getattr(a, name)}) must be a multiple of --batch-size-multiple ({a.batch_size_multiple})")
+    yield (a.divergence_span <= a.adapt_freq,
+           f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})")
+    yield (0.0 < a.divergence_low < a.divergence_high <= 1.0, "--divergence-low and --divergence-high must satisfy "
+           f"0 < low < high <= 1, got {a.divergence_low} and {a.divergence_high}")
 
 
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for _flag, ok, message in VALIDATION:
-        if not ok(args):
-            raise ValueError(message(args))
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, argv)
 
 
 @torch.no_grad()
@@ -869,245 +797,10 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
     return returns, lengths, capped
 
 
-def summarize_eval(returns, lengths, capped):
-    r = np.asarray(returns, dtype=np.float64)
-    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
-             else dict.fromkeys(("mean", "std", "median", "min", "max")))
-    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
-
-
-def log_finished_games(writer, returns, lengths, step: int) -> None:
-    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
-    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
-    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
-        writer.add_scalar("charts/episodic_return", episode_return, step)
-        writer.add_scalar("charts/episodic_length", episode_length, step)
-
-
-def atomic_write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-
-
-def atomic_torch_save(path, obj):
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def rng_state(device):
-    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-             "torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state, device):
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def flags_given(argv) -> set:
-    """The Args fields named on the command line: --flag-name, --flag-name=value, --no-flag-name (or underscores)."""
-    names, given = {f.name for f in fields(Args)}, set()
-    for token in argv:
-        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
-        if name not in names and name.startswith("no_"):
-            name = name[3:]
-        if name in names:
-            given.add(name)
-    return given
-
-
-def load_checkpoint(path: str) -> dict:
-    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
-    (which could run code while it is unpickled) is refused without being built."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--resume: no checkpoint file at {path!r}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        try:
-            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        except Exception:
-            unsafe = []
-        if unsafe and all(g.startswith("numpy") for g in unsafe):  # numpy RNG state: before weights_only loading
-            raise ValueError(f"--resume: refused {path!r}: written by an earlier version of this script, whose "
-                             "numpy arrays cannot be loaded without unpickling; restart the run") from None
-        if unsafe:
-            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
-                             "could run code when loaded; only tensors and plain data are accepted") from None
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
-    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
-    return checkpoint
-
-
-def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
-    """Parse and validate the flags; exit 2 with one line on stderr on bad input, before anything is created.
-
-    With --resume, a flag not on the command line comes from the checkpoint. A run-control flag that is given
-    (RUN_CONTROL_FLAGS) overrides the checkpoint's; another flag that is given is ignored with a warning, since it
-    would change the algorithm mid-run. A new run never reuses a run directory that holds a checkpoint or results."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = tyro.cli(Args, args=argv)
-    checkpoint = None
-    try:
-        if args.resume is not None:
-            checkpoint = load_checkpoint(args.resume)
-            cli, given = asdict(args), flags_given(argv)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in cli}
-            ignored = [f"{flag_of(k)} {cli[k]} (checkpoint: {v})" for k, v in saved.items()
-                       if k in given and k not in RUN_CONTROL_FLAGS and cli[k] != v]
-            if ignored:
-                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
-                      file=sys.stderr)
-            args = Args(**{**cli, **{k: v for k, v in saved.items() if k not in given or k not in RUN_CONTROL_FLAGS}})
-            args.run_name = checkpoint["run_name"]
-        validate_args(args)
-        if checkpoint is None:
-            args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-            run_dir = os.path.join(args.output_dir, args.run_name)
-            for name in ("checkpoint.pt", "eval_results.json"):
-                if os.path.exists(os.path.join(run_dir, name)):
-                    raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
-                                     f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    return args, checkpoint
-
-
-def start_run(args, checkpoint):
-    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
-    run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
-               else os.path.join(args.output_dir, args.run_name))
-    os.makedirs(run_dir, exist_ok=True)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
-    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-
-def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
-    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
-    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    return writer
-
-
-def catch_stop_signals(unit: str) -> list:
-    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
-    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop_signal
-
-
-def release_stop_signals():
-    """After training (checkpointed), a signal during evaluation simply ends the process."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-@contextmanager
-def timed(perf: dict, phase: str):
-    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags). A block left
-    by an exception adds nothing: a failing step is not part of the measured time."""
-    start = time.perf_counter()
-    yield
-    perf[phase] += time.perf_counter() - start
-
-
-def crossed(every: int, before: int, after: int) -> bool:
-    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
-    return every > 0 and after // every > before // every
-
-
-def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
-    """One event per tag; with perf, also every phase's cumulative seconds, and with a CUDA device its peak memory
-    (logged with the phase sums each iteration, so that a run stopped by a signal reports them too)."""
-    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
-    if device is not None and device.type == "cuda":
-        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
-    for tag, value in scalars.items():
-        writer.add_scalar(tag, value, step)
-
-
-def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
-    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
-    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
-            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
-
-
-def checkpoint_state(args, device, **state) -> dict:
-    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
-    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
-
-
-def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
-    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
-    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
-    save_checkpoint(path)
-    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
-    writer.close()
-    sys.exit(code)
-
-
-def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
-    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({summary['capped']} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        import wandb
-
-        wandb.finish()
-
-
 if __name__ == "__main__":
     args, checkpoint = parse_args()
-    run_dir, device = start_run(args, checkpoint)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "replay", "update", "adapt"), unit="step")
+    device = run.device
 
     envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
     q_network = BTRNetwork(envs.action_space.n, args).to(device).eval()  # train mode only inside btr_update
@@ -1122,49 +815,41 @@ if __name__ == "__main__":
                              args.divergence_high, args.schedule)
     replay = ReplayBuffer(args.buffer_size, E, args.n_step, args.gamma, args.per_alpha if args.per else 0.0)
 
-    global_step, grad_steps, train_seconds = 0, 0, 0.0
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "replay": 0.0, "update": 0.0, "adapt": 0.0}
+    global_step, grad_steps = 0, 0
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         target_network.load_state_dict(checkpoint["target_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        global_step, grad_steps, train_seconds = (
-            checkpoint["global_step"], checkpoint["grad_steps"], checkpoint["train_seconds"])
-        perf.update(checkpoint.get("perf", {}))
-        set_rng_state(checkpoint["rng"], device)
-        if "replay" in checkpoint:
+        global_step, grad_steps = checkpoint["global_step"], checkpoint["grad_steps"]
+        if "replay" in checkpoint:  # popped: the Run keeps the checkpoint, and the buffer may be gigabytes
             replay.load_state_dict(checkpoint.pop("replay"))
             note = f"replay buffer restored ({replay.num_transitions} transitions)"
         else:
             note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"
-        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset); {note}")
-    writer = open_writer(run_dir, args, checkpoint, global_step)
-    writer.add_scalar("perf/storage_bytes", replay.nbytes, global_step)
-    print(f"run {run_dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset); "
+              f"{note}")
+    run.begin(global_step)
+    run.log(global_step, {"perf/storage_bytes": replay.nbytes})
+    print(f"run {run.dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "
           f"({replay.nbytes / (replay.T * E):.0f} bytes each)")
 
-    def save_checkpoint(path=checkpoint_path):
-        state = checkpoint_state(
-            args, device, q_network=q_network.state_dict(), target_network=target_network.state_dict(),
-            optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), global_step=global_step,
-            grad_steps=grad_steps, train_seconds=train_seconds, perf=dict(perf))
-        if args.checkpoint_buffer:  # gigabytes at full size: only when asked for
-            state["replay"] = replay.state_dict()
-        atomic_torch_save(path, state)
+    def state():  # what a checkpoint holds besides what the Run adds (RNGs, flags, timings)
+        return {"q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "global_step": global_step,
+                "grad_steps": grad_steps,
+                **({"replay": replay.state_dict()} if args.checkpoint_buffer else {})}  # GBs: only when asked for
 
-    stop_signal = catch_stop_signals("step")
     obs, _ = envs.reset()
     ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
     losses, mean_qs = [], []  # of the gradient steps since the scalars were last written
-    start_time, start_step, last_print, vector_steps = time.time(), global_step, 0.0, 0
+    vector_steps = 0
     measuring = args.adapt or args.track_divergence
     measure_offset = measurement_offset(args.divergence_offset, args.target_network_frequency)
     epsilon_off = epsilon_off_step(args.total_timesteps, args.epsilon_off_fraction, args.learning_starts, args.noisy)
     ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)
     while global_step < args.total_timesteps:
-        with timed(perf, "inference"):
+        with run.timed("inference"):
             epsilon = exploration_epsilon(global_step, args.epsilon_schedule, args.start_e, args.end_e,
                                           args.exploration_steps, epsilon_off)
             with torch.no_grad(), autocast(device, args.bf16):
@@ -1172,9 +857,9 @@ if __name__ == "__main__":
                 q_values = q_network.q_values(torch.from_numpy(obs).to(device)).float()
             action, _ = select_actions(q_values, epsilon)
             action_np = action.cpu().numpy()
-        with timed(perf, "env"):
+        with run.timed("env"):
             next_obs, reward, term, trunc, info = envs.step(action_np)
-        with timed(perf, "replay"):  # storing the step, and its bookkeeping
+        with run.timed("replay"):  # storing the step, and its bookkeeping
             replay.add(obs[:, -1], action_np, reward, term, trunc, info["terminated"].astype(bool))
             obs = next_obs
             global_step += E
@@ -1183,83 +868,62 @@ if __name__ == "__main__":
             ep_return += info["reward"]
             game_over = info["terminated"].astype(bool) | trunc
             if game_over.any():
-                log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
+                run.log_games(ep_return[game_over], info["elapsed_step"][game_over], global_step)
                 recent_returns.extend(ep_return[game_over].tolist())
                 ep_return[game_over] = 0.0
 
         # One gradient step per vectorised env step, once the buffer holds --learning-starts transitions.
         if replay.num_transitions >= args.learning_starts and replay.tree.total() > 0:
-            with timed(perf, "adapt"):
-                if measuring and ref_states is None and measurement_starts(grad_steps, args.adapt_freq, measure_offset):
+            if measuring and ref_states is None and measurement_starts(grad_steps, args.adapt_freq, measure_offset):
+                with run.timed("adapt"):
                     snapshot.load_state_dict(q_network.state_dict())
                     ref_states = torch.from_numpy(replay.newest_states(args.ref_batch_size)).to(device)
                     measure_at = grad_steps + args.divergence_span
-            with timed(perf, "replay"):
+            with run.timed("replay"):
                 batch = replay.sample(batch_size_of(scheduler, args), per_beta_at(global_step, args))
-            with timed(perf, "update"):
+            with run.timed("update"):  # with the priority write (a sum-tree update, ~2% of the replay phase)
                 if grad_steps % args.target_network_frequency == 0:
                     target_network.load_state_dict(q_network.state_dict())
                 try:
                     loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
-                except NonFiniteLoss as e:
-                    train_seconds += time.time() - start_time  # up to now, like the perf sums
-                    failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
-                    save_and_exit(save_checkpoint, writer, failed_path, 3,
-                                  f"error: {e} at global_step {global_step}; state before that step saved to "
-                                  f"{failed_path}. Start again with a lower --learning-rate.")
-            with timed(perf, "replay"):
+                except NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this step; exit 3
+                    run.fail(global_step, e, state)
                 replay.update_priorities(batch[0], td_abs)
-                grad_steps += 1
-                losses.append(loss)
-                mean_qs.append(mean_q)
+            grad_steps += 1
+            losses.append(loss)
+            mean_qs.append(mean_q)
 
             if ref_states is not None and grad_steps == measure_at:
-                with timed(perf, "adapt"):
+                with run.timed("adapt"):
                     delta = behavioral_divergence(greedy, greedy_snapshot, ref_states)
                     if args.adapt:
                         scheduler.update(delta)
                     else:  # fixed batch: the divergence is only logged (--track-divergence)
                         scheduler.record(delta)
                     ref_states = None
-                log_scalars(writer, global_step, {
-                    "adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar,
-                    "adapt/batch_size": batch_size_of(scheduler, args)})
+                run.log(global_step, {"adapt/divergence": delta, "adapt/divergence_mean": scheduler.delta_bar,
+                                      "adapt/batch_size": batch_size_of(scheduler, args)})
 
-        now = time.time()
-        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
+        sps = run.sps(global_step)
         if vector_steps % args.scalar_every == 0 or global_step >= args.total_timesteps:
             mean_losses = {"losses/td_loss": np.mean(losses), "losses/q_values": np.mean(mean_qs)} if losses else {}
-            log_scalars(writer, global_step, {"charts/SPS": sps, "charts/epsilon": epsilon,
-                                              "charts/per_beta": per_beta_at(global_step, args), **mean_losses},
-                        perf, device)
+            run.log(global_step, {"charts/SPS": sps, "charts/epsilon": epsilon,
+                                  "charts/per_beta": per_beta_at(global_step, args), **mean_losses}, perf=True)
             losses, mean_qs = [], []
-        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
-            last_print = now
-            print(progress_line(global_step, args.total_timesteps, sps,
-                                f"batch {batch_size_of(scheduler, args)} | delta_bar {scheduler.delta_bar:.3f} "
-                                f"| grad steps {grad_steps} | buffer {replay.num_transitions} | eps {epsilon:.3f}",
-                                recent_returns), flush=True)
-
-        if stop_signal:
-            train_seconds += now - start_time
-            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
-                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                          f"resume with --resume {checkpoint_path}")
-        if crossed(args.checkpoint_every, global_step - E, global_step) or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
-            writer.flush()  # the events up to the checkpoint survive a hard kill (a resume purges the later ones)
-            save_checkpoint()
+        window = f" | delta_bar {scheduler.delta_bar:.3f}" if scheduler.history else ""  # once a measurement exists
+        run.progress(global_step, sps, f"batch {batch_size_of(scheduler, args)}{window} | grad steps {grad_steps} "
+                     f"| buffer {replay.num_transitions} | eps {epsilon:.3f}", recent_returns)
+        run.checkpoint(global_step, E, state)  # and on SIGTERM/SIGINT: checkpoint, exit 128 + n
     envs.close()
-    train_seconds += time.time() - start_time
+    run.end_training()
 
-    release_stop_signals()
     if args.save_model:
-        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
-    returns, lengths, capped = ([], [], 0)
+        run.save_model({"q_network": q_network.state_dict()})
+    returns, lengths, capped = [], [], 0
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
-    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
+    run.finish(global_step, returns, lengths, capped)

@@ -14,7 +14,6 @@ import envpool
 import numpy as np
 import pytest
 import torch
-import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -563,14 +562,6 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(arg
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
     assert os.listdir(tmp_path) == []
-
-
-def test_flags_given_reads_every_spelling_tyro_accepts():
-    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-noisy", "--no_per", "--seed=2", "--checkpoint-buffer"]
-    args = tyro.cli(abs_btr.Args, args=argv)  # tyro takes all of these spellings
-    assert (args.total_timesteps, args.eval_episodes, args.noisy, args.per, args.seed) == (5, 3, False, False, 2)
-    assert abs_btr.flags_given(argv) == {"total_timesteps", "eval_episodes", "noisy", "per", "seed",
-                                         "checkpoint_buffer"}
 
 
 def files_of(run_dir):
