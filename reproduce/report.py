@@ -7,7 +7,10 @@ Every `eval_results.json` below a labelled directory (any depth) is one finished
 events beside it give the training curves. Runs are grouped by label, game (env id without `-v5`) and
 seed. Atari scores are human-normalised (HNS) with `atari57_scores.csv` beside this file; other
 environments (MuJoCo) stay in raw returns. Aggregates (IQM, median, mean, optimality gap) and their
-95% stratified-bootstrap confidence intervals come from `rliable` (Agarwal et al. 2021).
+95% stratified-bootstrap confidence intervals come from `rliable` (Agarwal et al. 2021). A number that rests on
+the few runs of one game is shown with its per-seed values, their mean and a Student-t 95% interval; each
+compared pair gets the difference of means with Welch's 95% interval and an exact permutation p (with 3 vs 3
+runs no p can be below 0.10, and the report says so). ABS runs: the share of the early window spent in burn-in.
 Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
 """
 from __future__ import annotations
@@ -20,6 +23,8 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass, field
+from itertools import combinations
+from math import comb, fsum
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from rliable import library as rly  # noqa: E402
 from rliable import metrics  # noqa: E402
+from scipy import stats  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
@@ -44,6 +50,10 @@ UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed
          "adapt/batch_size": "batch size (transitions per update)"}
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")
 EARLY, LATE = 0.1, 0.9  # first 10% / last 10% of training steps
+LEVEL = 0.95  # of every interval
+EXACT_RELABELLINGS = 1_000_000  # the permutation test enumerates up to this many relabellings, else samples them
+SAMPLED_RELABELLINGS = 100_000
+IQM_TRIMS_FROM = 4  # the IQM (25% trimmed mean, scipy's trim_mean) of n < 4 values trims int(0.25 n) = 0 of them
 
 
 # ----------------------------------------------------------------------------- scores and statistics
@@ -81,10 +91,6 @@ def aggregate(scores: np.ndarray) -> np.ndarray:
     """(runs x games) scores -> [IQM, median, mean, optimality gap], in the order of AGGREGATES."""
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
                      metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
-
-
-def mean_score(scores: np.ndarray) -> np.ndarray:
-    return np.array([np.mean(scores)])
 
 
 def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0):
@@ -170,6 +176,97 @@ def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
         return np.nanmean(a, 0), np.nanmin(a, 0), np.nanmax(a, 0), n
 
 
+# ----------------------------------------------------------------------------- few runs of one game
+def t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, lo, hi): the Student-t interval mean +- t_{(1+level)/2, n-1} * s / sqrt(n), s the sample standard
+    deviation (ddof 1). With one value (or none) there is no interval: lo and hi are NaN."""
+    x = np.asarray(values, dtype=float)
+    if not len(x):
+        return float("nan"), float("nan"), float("nan")
+    m = float(np.mean(x))
+    if len(x) < 2:
+        return m, float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float, float, float]:
+    """(mean(a) - mean(b), lo, hi, df): Welch's interval diff +- t_{(1+level)/2, df} * sqrt(s_a^2/n_a + s_b^2/n_b)
+    with the Welch-Satterthwaite df = (v_a + v_b)^2 / (v_a^2/(n_a-1) + v_b^2/(n_b-1)), v = s^2/n. lo, hi and df are
+    NaN when a side has fewer than two values, or when neither side has any spread (no df)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = float(np.mean(a) - np.mean(b)) if len(a) and len(b) else float("nan")
+    if len(a) < 2 or len(b) < 2:
+        return diff, float("nan"), float("nan"), float("nan")
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    if va + vb == 0:
+        return diff, float("nan"), float("nan"), float("nan")
+    df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)))
+    half = float(stats.t.ppf(0.5 + level / 2, df) * np.sqrt(va + vb))
+    return diff, diff - half, diff + half, df
+
+
+def permutation_p(a, b, exact_limit: int = EXACT_RELABELLINGS, samples: int = SAMPLED_RELABELLINGS,
+                  seed: int = 0) -> tuple[float, int, bool]:
+    """(p, relabellings, exact): the two-sided permutation test of the difference of means. Every split of the
+    pooled n_a + n_b values into groups of n_a and n_b (all C(n_a + n_b, n_a) of them, the observed one included)
+    gives a difference of means; p = the share with |diff| >= |observed diff| - 1e-12 * max(1, |observed diff|)
+    (a float tolerance, 1e-12 for differences up to 1 and relative above). Group sums are correctly rounded
+    (math.fsum), so splits with equal sums, and the mirror split when n_a = n_b, tie exactly. Above exact_limit
+    relabellings, `samples` random ones (seeded) are drawn instead and p = (1 + hits) / (1 + samples), exact False.
+    NaN when a side is empty."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    na, nb = len(a), len(b)
+    if not na or not nb:
+        return float("nan"), 0, True
+    x = np.array(a + b)
+    n, total = comb(na + nb, na), len(x)
+
+    def diff(idx) -> float:
+        mask = np.zeros(total, dtype=bool)
+        mask[list(idx)] = True
+        return fsum(x[mask]) / na - fsum(x[~mask]) / nb
+    observed = abs(diff(range(na)))
+    tol = 1e-12 * max(1.0, observed)
+    if n <= exact_limit:
+        hits = sum(abs(diff(idx)) >= observed - tol for idx in combinations(range(total), na))
+        return hits / n, n, True
+    rng = np.random.default_rng(seed)
+    hits = sum(abs(diff(rng.permutation(total)[:na])) >= observed - tol for _ in range(samples))
+    return (1 + hits) / (1 + samples), samples, False
+
+
+def min_permutation_p(na: int, nb: int) -> float:
+    """The smallest p the two-sided exact permutation test can give with n_a vs n_b runs, whatever the values:
+    only the observed split (and, for equal sizes, its mirror, which has the same |diff|) can be the most extreme,
+    so 2 / C(n, n_a) for n_a = n_b and 1 / C(n, n_a) otherwise."""
+    return (2 if na == nb else 1) / comb(na + nb, na)
+
+
+def min_p_statement(na: int, nb: int, alpha: float = 0.05) -> str:
+    """The plain reading of min_permutation_p: whether any difference can reach p < alpha with these counts."""
+    p, n = min_permutation_p(na, nb), comb(na + nb, na)
+    head = f"with {na} vs {nb} runs the smallest possible p is {fmt_p(p)} ({2 if na == nb else 1} of {n} relabellings)"
+    return f"{head}: no difference can reach p < {alpha:g}" if p >= alpha else f"{head}, below {alpha:g}"
+
+
+def fmt_p(p: float) -> str:
+    if p is None or not np.isfinite(p):
+        return "–"
+    return f"{p:.2f}" if p >= 0.095 else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
+
+
+def burn_in_share(steps, window: int, total_steps: float) -> tuple[float, float]:
+    """(the step burn-in ends at, its share of the early window): ABS holds L = L_min until its W-th divergence
+    measurement (the first that moves L), so burn-in ends at the step that measurement was logged at, one event per
+    measurement of adapt/num_steps (or adapt/batch_size); a run with fewer than W measurements never left it (inf).
+    The early window is the first 10% of training steps (EARLY), as in early_mean."""
+    steps = np.sort(np.asarray(steps, dtype=float))
+    end = float(steps[window - 1]) if len(steps) >= window else float("inf")
+    early = EARLY * total_steps
+    return end, (min(end, early) / early if early > 0 else float("nan"))
+
+
 # ----------------------------------------------------------------------------- reading runs
 @dataclass
 class Run:
@@ -183,6 +280,7 @@ class Run:
     total_timesteps: int  # the run's --total-timesteps (its planned length)
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
     divergence_tags: tuple = DIVERGENCE_TAGS[:2]  # the divergence its schedule used (divergence_tags())
+    args: dict = field(default_factory=dict)  # the flags it ran with (eval_results.json "args")
 
 
 def divergence_tags(args: dict) -> tuple[str, ...]:
@@ -203,7 +301,7 @@ def read_run(label: str, run_dir: Path) -> Run:
     total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)
     planned = int(r.get("total_timesteps") or args.get("total_timesteps") or total)
     return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total, planned,
-               divergence_tags=divergence_tags(args))
+               divergence_tags=divergence_tags(args), args=args)
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
@@ -323,32 +421,31 @@ def aggregate_table(data, games, table, reps, seed):
     point, ci = bootstrap_ci(mats, aggregate, reps, seed)
     for label, m in mats.items():
         rows[label] = {"point": point[label], "lo": ci[label][0], "hi": ci[label][1],
-                       "games": m.shape[1], "runs": m.size}
+                       "games": m.shape[1], "runs": m.size, "per_game": m.shape[0]}
     return rows, notes
 
 
-def per_game_scores(data, games, reps, seed):
-    """(game, label) -> (mean return, lo, hi, n runs)."""
+def per_seed(data, games, value) -> dict:
+    """(game, label) -> {seed: value(run)} over the runs whose value is finite; a (game, label) without one is
+    absent."""
     out = {}
     for game in games:
-        mats = {lb: np.array([[r.score] for r in by_game[game].values()])
-                for lb, by_game in data.items() if game in by_game}
-        if mats:
-            point, ci = bootstrap_ci(mats, mean_score, reps, seed)
-            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m)) for lb, m in mats.items()})
+        for lb, by_game in data.items():
+            vals = {seed: value(r) for seed, r in sorted(by_game.get(game, {}).items())}
+            vals = {seed: float(v) for seed, v in vals.items() if np.isfinite(v)}
+            if vals:
+                out[(game, lb)] = vals
     return out
 
 
-def per_game_normalized(data, games, table, reps, seed):
-    """(game, label) -> (IQM over seeds of HNS (raw return outside Atari), lo, hi, n runs), 95% bootstrap CI."""
-    out = {}
-    for game in games:
-        mats = {lb: np.array([[normalized(r, table)] for r in by_game[game].values()])
-                for lb, by_game in data.items() if game in by_game}
-        if mats:
-            point, ci = bootstrap_ci(mats, lambda m: np.array([metrics.aggregate_iqm(m)]), reps, seed)
-            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m)) for lb, m in mats.items()})
-    return out
+def per_game_scores(data, games) -> dict:
+    """(game, label) -> {seed: the run's mean evaluation return}."""
+    return per_seed(data, games, lambda r: r.score)
+
+
+def per_game_normalized(data, games, table) -> dict:
+    """(game, label) -> {seed: the run's HNS} (raw evaluation return outside Atari)."""
+    return per_seed(data, games, lambda r: normalized(r, table))
 
 
 def final_training_return(run: Run, last: int) -> float:
@@ -359,34 +456,58 @@ def final_training_return(run: Run, last: int) -> float:
     return float(np.mean(run.scalars[RETURN_TAG][1][-last:]))
 
 
-def final_training_returns(data, games, reps, seed, last):
-    """(game, label) -> (mean over seeds, lo, hi, n runs, population std over seeds) of final_training_return,
-    95% bootstrap CI as the evaluation table; the std is the spread openrlbenchmark reports."""
-    out = {}
-    for game in games:
-        vals = {lb: [x for x in (final_training_return(r, last) for r in by_game[game].values()) if np.isfinite(x)]
-                for lb, by_game in data.items() if game in by_game}
-        mats = {lb: np.array(v)[:, None] for lb, v in vals.items() if v}
-        if mats:
-            point, ci = bootstrap_ci(mats, mean_score, reps, seed)
-            out.update({(game, lb): (point[lb][0], ci[lb][0][0], ci[lb][1][0], len(m), float(np.std(m)))
-                        for lb, m in mats.items()})
-    return out
+def final_training_returns(data, games, last) -> dict:
+    """(game, label) -> {seed: final_training_return} over the runs with games logged."""
+    return per_seed(data, games, lambda r: final_training_return(r, last))
+
+
+def run_curve(run: Run):
+    """(steps, returns, total steps) of the run's training games, or None without any."""
+    if RETURN_TAG not in run.scalars:
+        return None
+    steps, values = run.scalars[RETURN_TAG]
+    return steps, values, run.total_steps or (steps.max() if len(steps) else 0)
 
 
 def early_late(data, games) -> tuple[dict, dict]:
-    """(game, label) -> (value, n runs) for the first-10% mean return and the last-10% return variance,
-    each averaged over the runs whose curve has points in that window."""
-    early, late = {}, {}
+    """(game, label) -> {seed: value} for the first-10% mean return and the last-10% return variance, over the
+    runs whose curve has points in that window."""
+    def of(stat):
+        return lambda r: stat(*run_curve(r)) if run_curve(r) is not None else float("nan")
+    return per_seed(data, games, of(early_mean)), per_seed(data, games, of(late_variance))
+
+
+def size_tag(run: Run) -> str | None:
+    """The batch-size tag the run logs (adapt/num_steps for PPO and PQN, adapt/batch_size for BTR), or None."""
+    return next((t for t in SIZE_TAGS if t in run.scalars and len(run.scalars[t][0])), None)
+
+
+def is_abs_run(run: Run) -> bool:
+    """An ABS run: it adapts (--adapt, the scripts' default) with a window W (--window) and logs its batch size at
+    every divergence measurement. The fixed-batch baselines (--no-adapt) and GNS (no window) are not."""
+    return bool(run.args.get("adapt", True)) and "window" in run.args and size_tag(run) is not None
+
+
+def burn_in(data, games) -> tuple[dict, list[str]]:
+    """(game, label) -> {seed: (burn-in end step, share of the early window, L during burn-in, W)} for the ABS runs
+    (is_abs_run), and notes. Burn-in: before the W-th divergence measurement (W = the run's --window), while L is
+    still L_min; the share is burn_in_share's. A run whose logged L moved before its W-th measurement is noted."""
+    out, notes = {}, []
     for game in games:
         for lb, by_game in data.items():
-            curves = [(*r.scalars[RETURN_TAG], r.total_steps or r.scalars[RETURN_TAG][0].max())
-                      for r in by_game.get(game, {}).values() if RETURN_TAG in r.scalars]
-            for out, stat in ((early, early_mean), (late, late_variance)):
-                v = [x for x in (stat(*c) for c in curves) if np.isfinite(x)]
-                if v:
-                    out[(game, lb)] = (float(np.mean(v)), len(v))
-    return early, late
+            for seed, r in sorted(by_game.get(game, {}).items()):
+                if not is_abs_run(r):
+                    continue
+                tag, window = size_tag(r), int(r.args["window"])
+                steps, values = r.scalars[tag]
+                order = np.argsort(steps, kind="stable")
+                steps, values = steps[order], values[order]
+                end, share = burn_in_share(steps, window, r.total_steps or steps.max())
+                if len(set(values[:window - 1].tolist())) > 1:
+                    notes.append(f"{lb}: {game} seed {seed}: {tag} moved before its W-th measurement (W = {window}), "
+                                 "not a burn-in at one L")
+                out.setdefault((game, lb), {})[seed] = (end, share, float(values[0]), window)
+    return out, notes
 
 
 def improvement_rates(data, games, table, pairs):
@@ -589,7 +710,16 @@ def aggregate_section(agg, agg_notes, games, table) -> list[str]:
     md.append(md_table(["label", *(f"{a} [95% CI]" for a in AGGREGATES), "games", "runs"],
                        [[lb, *(f"{fmt(r['point'][k])} [{fmt(r['lo'][k])}, {fmt(r['hi'][k])}]" for k in range(4)),
                          str(r["games"]), str(r["runs"])] for lb, r in agg.items()]))
-    md += [""] + [f"- {n}" for n in agg_notes]
+    md += ["", "The stratified bootstrap (rliable, the paper's metric) keeps the games fixed, resamples the runs "
+           "within each game and recomputes the aggregate over the games; what each label's interval rests on:"]
+    md += [f"- {lb}: {r['games']} game{'s' if r['games'] != 1 else ''} × {r['per_game']} run"
+           f"{'s' if r['per_game'] != 1 else ''} per game ({r['runs']} runs)" for lb, r in agg.items()]
+    for k in sorted({r["per_game"] for r in agg.values() if r["per_game"] <= 3}):
+        md.append("- With 1 run per game every resample is the same runs: the interval is the point alone." if k == 1
+                  else f"- With {k} runs per game, one game's own bootstrap interval is exactly [its lowest seed, its "
+                  f"highest seed]: a resample of {k} copies of one seed has probability 1/{k ** k} > 2.5%. The "
+                  "per-game tables below therefore give Student-t intervals.")
+    md += [f"- {n}" for n in agg_notes]
     if len({r["games"] for r in agg.values()}) > 1:
         md.append("- Labels rest on different game sets (see missing games); compare with care.")
     if any(g not in table for g in games):
@@ -597,44 +727,186 @@ def aggregate_section(agg, agg_notes, games, table) -> list[str]:
     return md + [""]
 
 
-def per_game_section(scores, games, labels, complete, pairs, title, what) -> list[str]:
-    best = best_by({k: v[0] for k, v in scores.items()}, games, labels)
-
-    def text(g, lb):  # mean (± std when given) [lo, hi] n=
-        if (g, lb) not in scores:
-            return None
-        v = scores[(g, lb)]
-        return fmt(v[0]) + (f" ± {fmt(v[4])}" if len(v) > 4 else "") + f" [{fmt(v[1])}, {fmt(v[2])}] n={v[3]}"
-    return [f"## {title}", "", f"{what} [95% CI]; best label in bold.", "",
-            md_table(["game", *labels], [[g, *(marked(text(g, lb), lb in best[g]) for lb in labels)] for g in games]),
-            "", best_count_line(best, labels, complete, "best"), "",
-            "Pairwise (games both labels ran; a tie is no win):",
-            *pairwise_lines({k: v[0] for k, v in scores.items()}, pairs, games, "higher"), ""]
+PER_SEED_HOW = ("per seed (seed: value), their mean and a Student-t 95% CI of the mean, mean ± t_{0.975, n-1} · "
+                "s / √n (s: the sample standard deviation over the seeds; none at n = 1)")
 
 
-def early_late_section(early, late, data, games, labels, pairs) -> list[str]:
-    best_early = best_by({k: v[0] for k, v in early.items()}, games, labels)
-    best_late = best_by({k: v[0] for k, v in late.items()}, games, labels, min)
+def seeds_text(vals: dict) -> str:
+    return ", ".join(f"{seed}: {fmt(v)}" for seed, v in vals.items())
 
-    def text(values, g, lb):
-        if (g, lb) not in values:
-            return "no data" if g in data[lb] else None
-        return f"{fmt(values[(g, lb)][0])} n={values[(g, lb)][1]}"
-    rows = [[g, *(marked(text(early, g, lb), lb in best_early[g]) for lb in labels),
-             *(marked(text(late, g, lb), lb in best_late[g]) for lb in labels)] for g in games]
 
+def t_text(vals: dict) -> str:
+    if len(vals) < 2:
+        return "n = 1, no interval"
+    _, lo, hi = t_interval(list(vals.values()))
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def seed_table(values, games, labels, best, data=None, std=False, iqm_column=False) -> str:
+    """One row per game and label: per-seed values, mean (bold: best), Student-t 95% CI, n; optionally the
+    population std over seeds and the IQM over seeds (= mean where it trims nothing)."""
+    rows = []
+    for g in games:
+        for lb in labels:
+            vals = values.get((g, lb))
+            if vals is None:
+                missing = "no data" if data is not None and g in data[lb] else "missing"
+                rows.append([g, lb, missing, "–", "–", *(["–"] if std else []), *(["–"] if iqm_column else []),
+                             "0"])
+                continue
+            x = list(vals.values())
+            extra = [fmt(float(np.std(x)))] if std else []
+            if iqm_column:  # bold goes to the IQM (best: by the IQM)
+                extra.append(marked(fmt(iqm(x)) if len(x) >= IQM_TRIMS_FROM else f"{fmt(float(np.mean(x)))} (= mean)",
+                                    lb in best[g]))
+            rows.append([g, lb, seeds_text(vals), marked(fmt(float(np.mean(x))), lb in best[g] and not iqm_column),
+                         t_text(vals), *extra, str(len(x))])
+    header = ["game", "label", "per seed (seed: value)", "mean", "Student-t 95% CI",
+              *(["population std"] if std else []), *(["IQM over seeds"] if iqm_column else []), "n"]
+    return md_table(header, rows)
+
+
+def differences(values, pairs, games) -> list[str]:
+    """For each compared pair A vs B and game both have values for: A - B (difference of means), Welch's 95% CI,
+    the exact permutation p, and a plain statement for every run count too small for p < 0.05."""
+    rows, counts = [], {}
+    for a, b in pairs:
+        for g in games:
+            if (g, a) not in values or (g, b) not in values:
+                continue
+            xa, xb = list(values[(g, a)].values()), list(values[(g, b)].values())
+            diff, lo, hi, df = welch_interval(xa, xb)
+            if len(xa) < 2 or len(xb) < 2:
+                ci = f"n = {min(len(xa), len(xb))}, no interval"
+            elif not np.isfinite(df):
+                ci = "no spread, no interval"
+            else:
+                ci = f"[{fmt(lo)}, {fmt(hi)}]"
+            p, n, exact = permutation_p(xa, xb)
+            rows.append([g, f"{a} − {b}", fmt(diff), ci, f"{df:.2f}" if np.isfinite(df) else "–",
+                         fmt_p(p) + ("" if exact else " (sampled)"),
+                         f"{n:,}" + ("" if exact else f" of {comb(len(xa) + len(xb), len(xa)):,}"),
+                         f"{len(xa)} vs {len(xb)}"])
+            counts.setdefault((a, b), {}).setdefault((len(xa), len(xb)), []).append(g)
+    if not rows:
+        return ["Differences: no game has runs of both labels of a compared pair.", ""]
+    md = ["Differences, A − B, per compared pair and game: the difference of the means over seeds; Welch's 95% CI "
+          "(Welch–Satterthwaite df); the exact two-sided permutation p over every split of the runs into groups of "
+          "their sizes, C(n_A + n_B, n_A) relabellings (statistic: the difference of means; p = the share of "
+          "relabellings whose |difference| is at least the observed one).", "",
+          md_table(["game", "A − B", "difference of means", "Welch 95% CI", "Welch df", "permutation p",
+                    "relabellings", "runs"], rows), ""]
+    for (a, b), by_n in counts.items():
+        for (na, nb), gs in by_n.items():
+            md.append(f"- {a} vs {b} ({', '.join(gs)}): {min_p_statement(na, nb)}.")
+    return md + [""]
+
+
+def per_game_section(values, games, labels, complete, pairs, title, what, data=None, std=False, word="higher",
+                     pick=max) -> list[str]:
+    """A per-game table of per-seed values ((game, label) -> {seed: value}), the best-of-all and pairwise counts of
+    the means, and the differences of each compared pair."""
+    means = {k: float(np.mean(list(v.values()))) for k, v in values.items()}
+    best = best_by(means, games, labels, pick)
+    return [f"## {title}", "", f"{what}: {PER_SEED_HOW}; {'lowest' if pick is min else 'best'} mean in bold.", "",
+            seed_table(values, games, labels, best, data, std), "",
+            best_count_line(best, labels, complete, "best" if word == "higher" else word), "",
+            "Pairwise counts of the means (games both labels ran; a tie is no win), with no regard to the seed "
+            "spread (see the differences below):",
+            *pairwise_lines(means, pairs, games, word, pick), "", *differences(values, pairs, games)]
+
+
+def per_game_iqm_section(values, games, labels, complete, pairs, atari: bool) -> list[str]:
+    """The paper's per-game table, the IQM over seeds (of HNS on Atari, of the raw return elsewhere). The IQM of
+    fewer than 4 values trims nothing: where every cell has n <= 3 it is the mean, so outside Atari (where it would
+    repeat the evaluation table) the table is left out, and on Atari it is shown as the mean HNS."""
+    title = "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return"
+    small = all(len(v) < IQM_TRIMS_FROM for v in values.values())
+    trims = (f"The IQM (the 25% trimmed mean) of n values drops int(n / 4) from each end: with n <= "
+             f"{IQM_TRIMS_FROM - 1} it drops nothing and equals the mean.")
+    if small and not atari:
+        return [f"## {title}", "", f"Not shown. {trims} Every label has at most {IQM_TRIMS_FROM - 1} runs of each "
+                "game here, so the IQM over seeds of the evaluation return is the mean in \"Per-game evaluation "
+                "return\" above.", ""]
+    points = {k: (float(np.mean(list(v.values()))) if len(v) < IQM_TRIMS_FROM else iqm(list(v.values())))
+              for k, v in values.items()}
+    best = best_by(points, games, labels)
+    unit = "human-normalised score (HNS)" if atari else "mean evaluation return (raw)"
+    if small:
+        what = (f"Each run's {unit}: {PER_SEED_HOW}; best mean in bold. The paper's per-game table gives the IQM "
+                f"over seeds. {trims} With at most {IQM_TRIMS_FROM - 1} runs of each game here the IQM is this mean.")
+    else:
+        what = (f"Each run's {unit}: {PER_SEED_HOW}, and the IQM over seeds (the paper's per-game table); best IQM "
+                f"in bold. {trims} Cells with n <= {IQM_TRIMS_FROM - 1} show the mean, marked \"(= mean)\".")
+    md = [f"## {title}", "", what, "", seed_table(values, games, labels, best, iqm_column=not small), "",
+        best_count_line(best, labels, complete, "best"), "",
+        f"Pairwise counts of the {'means' if small else 'IQMs'} (games both labels ran; a tie is no win):",
+        *pairwise_lines(points, pairs, games, "higher"), ""]
+    if atari:
+        md += ["Differences: as in \"Per-game evaluation return\" (per game HNS is an affine map of the return, so "
+               "the permutation p-values are the same and the intervals scale).", ""]
+    return md
+
+
+def burn_in_lines(burn, data, labels, pairs) -> list[str]:
+    """The share of the early window each ABS label's runs spent in burn-in at L_min, per run and on average."""
+    if not burn:
+        return []
+    rows = []
+    for (g, lb), by_seed in burn.items():
+        shares = [v[1] for v in by_seed.values()]
+        rows.append([g, lb, ", ".join(f"{x:g}" for x in sorted({v[2] for v in by_seed.values()})),
+                     ", ".join(str(w) for w in sorted({v[3] for v in by_seed.values()})),
+                     ", ".join(f"{seed}: {f'{v[0]:,.0f}' if np.isfinite(v[0]) else 'never'}"
+                               for seed, v in by_seed.items()),
+                     ", ".join(f"{seed}: {100 * v[1]:.1f}%" for seed, v in by_seed.items()),
+                     f"{100 * np.mean(shares):.1f}%", str(len(shares))])
+    md = ["### Burn-in in the early window", "",
+          "An ABS run holds L at L_min until its W-th divergence measurement (W = its --window; the first "
+          "measurement that moves L), read from its adapt/* events (one per measurement, at the step it was "
+          "logged). Share: the part of the early window (the first 10% of the run's steps) before that step.", "",
+          md_table(["game", "label", "L in burn-in", "W", "burn-in ends at step (seed: step)",
+                    "share of the early window in burn-in (seed: share)", "mean share", "n"], rows), ""]
+    for lb in labels:
+        entries = [v for (g, label), by_seed in burn.items() if label == lb for v in by_seed.values()]
+        if not entries:
+            continue
+        shares = [v[1] for v in entries]
+        lmin = ", ".join(f"{x:g}" for x in sorted({v[2] for v in entries}))
+        baselines = []
+        for a, b in pairs:
+            fixed = sorted({r.args.get("num_steps") for d in data[b].values() for r in d.values()
+                            if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
+            if a == lb and len(fixed) == 1:
+                baselines.append(f"{b}: fixed L = {fixed[0]}")
+        md.append(f"- {lb}: on average {100 * np.mean(shares):.1f}% of the early window (runs: "
+                  f"{100 * min(shares):.1f}-{100 * max(shares):.1f}%) is burn-in at L = {lmin}, before its first "
+                  f"adaptation: its early return is mostly that of a fixed L = {lmin}"
+                  + (f" ({'; '.join(baselines)})" if baselines else "") + ", not of the ABS schedule.")
+    return md + [""]
+
+
+def early_late_section(early, late, data, games, labels, pairs, burn=None, burn_notes=()) -> list[str]:
     def complete(values):
         return [g for g in games if all((g, lb) in values for lb in labels)]
-    return ["## Early / late training", "",
-            f"From `{RETURN_TAG}`: early = mean episodic return over the first 10% of training steps; late = "
-            "variance of episodic return over the last 10% (population variance per run); both averaged over "
-            "the seeds with episodes in that window (n). Bold: highest early return, lowest late variance.", "",
-            md_table(["game", *(f"{lb} early" for lb in labels), *(f"{lb} late var" for lb in labels)], rows), "",
-            best_count_line(best_early, labels, complete(early), "higher early"), "",
-            best_count_line(best_late, labels, complete(late), "lower late variance"), "",
-            "Pairwise (games both labels have data for; a tie is no win):",
-            *pairwise_lines({k: v[0] for k, v in early.items()}, pairs, games, "higher early"),
-            *pairwise_lines({k: v[0] for k, v in late.items()}, pairs, games, "lower late variance", min), ""]
+    md = ["## Early / late training", "",
+          f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
+          "late = the variance of its episodic return over the last 10% (population variance, at least two games "
+          "there). n = the runs with games in that window.", ""]
+    for name, values, word, pick in (("Early return", early, "higher early", max),
+                                     ("Late variance", late, "lower late variance", min)):
+        what = "Each run's " + ("early return" if pick is max else "late variance")
+        means = {k: float(np.mean(list(v.values()))) for k, v in values.items()}
+        best = best_by(means, games, labels, pick)
+        md += [f"### {name}", "", f"{what}: {PER_SEED_HOW}; {'highest' if pick is max else 'lowest'} mean in bold.",
+               "",
+               seed_table(values, games, labels, best, data), "",
+               best_count_line(best, labels, complete(values), word), "",
+               "Pairwise counts of the means (games both labels have data for; a tie is no win), with no regard to "
+               "the seed spread (see the differences below):",
+               *pairwise_lines(means, pairs, games, word, pick), "", *differences(values, pairs, games)]
+    md += burn_in_lines(burn or {}, data, labels, pairs)
+    return md + ([f"- {n}" for n in burn_notes] + [""] if burn_notes else [])
 
 
 def improvement_section(rates, games, ref, skipped=None) -> list[str]:
@@ -700,26 +972,22 @@ def write_report(data, games, notes, args, table) -> Path:
     agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
     rates = improvement_rates(data, games, table, pairs)
     md = ["# Report", "", f"Generated by `reproduce/report.py` from {len(labels)} label(s); benchmark: "
-          f"{args.benchmark or 'the games found'} ({len(games)} games). 95% CIs: stratified bootstrap over runs "
-          f"within each game (`rliable`, {args.reps} reps). *n* = runs a number rests on.", ""]
+          f"{args.benchmark or 'the games found'} ({len(games)} games). Aggregates across games: 95% stratified-"
+          f"bootstrap CIs (`rliable`, {args.reps} reps). Per game (a few runs of one game): the per-seed values, "
+          "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
+          "and an exact permutation p. *n* = runs a number rests on.", ""]
     md += data_section(data, games, notes, args.runs)
     md += aggregate_section(agg, agg_notes, games, table)
-    md += per_game_section(per_game_scores(data, games, args.reps, args.seed), games, labels, complete, pairs,
-                           "Per-game evaluation return",
-                           "Mean over seeds of each run's mean evaluation return (raw game score)")
+    md += per_game_section(per_game_scores(data, games), games, labels, complete, pairs,
+                           "Per-game evaluation return", "Each run's mean evaluation return (raw game score)")
     atari = any(g in table for g in games)
-    md += per_game_section(per_game_normalized(data, games, table, args.reps, args.seed), games, labels, complete,
-                           pairs, "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return",
-                           "IQM over seeds of each run's human-normalised score (Atari; raw evaluation return "
-                           "elsewhere), the paper's per-game table" if atari else
-                           "IQM over seeds of each run's mean evaluation return (raw; no human-normalised score "
-                           "outside Atari)")
-    md += per_game_section(final_training_returns(data, games, args.reps, args.seed, args.last_games), games,
-                           labels, complete, pairs, "Final training return",
-                           f"Mean over seeds of each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, "
-                           "the training metric of CleanRL's published results, read by openrlbenchmark) "
-                           "± the population std over seeds (openrlbenchmark's spread)")
-    md += early_late_section(*early_late(data, games), data, games, labels, pairs)
+    md += per_game_iqm_section(per_game_normalized(data, games, table), games, labels, complete, pairs, atari)
+    md += per_game_section(final_training_returns(data, games, args.last_games), games, labels, complete, pairs,
+                           "Final training return",
+                           f"Each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, the training metric "
+                           "of CleanRL's published results, read by openrlbenchmark, whose spread is the population "
+                           "std over seeds, also given)", std=True)
+    md += early_late_section(*early_late(data, games), data, games, labels, pairs, *burn_in(data, games))
     md += improvement_section(rates, games, ref, skipped)
     md += figures_section(data, games, agg, rates, out, args.bins)
     (out / "report.md").write_text("\n".join(md))

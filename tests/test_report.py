@@ -112,9 +112,7 @@ def test_final_training_return_is_the_mean_of_the_last_games_in_step_order():
     assert report.final_training_return(run, 10) == pytest.approx(145.5)
     assert report.final_training_return(run, 1000) == pytest.approx(75.5)  # fewer games than asked: all of them
     data = {"PPO": {"Hopper": {1: run, 2: copy_run(run, 50.0)}}}
-    (mean, lo, hi, n, std), = report.final_training_returns(data, ["Hopper"], reps=100, seed=0, last=10).values()
-    assert (mean, n, std) == (pytest.approx(145.5 + 25.0), 2, pytest.approx(25.0))  # population std of two runs
-    assert lo == pytest.approx(145.5) and hi == pytest.approx(195.5)
+    assert report.final_training_returns(data, ["Hopper"], last=10) == {("Hopper", "PPO"): {1: 145.5, 2: 195.5}}
 
 
 def copy_run(run, shift):
@@ -149,6 +147,120 @@ def test_bootstrap_ci_is_set_by_its_seed_alone():
     np.testing.assert_array_equal(cis[0], cis[1])
     other = report.bootstrap_ci({"x": scores}, reps=200, seed=8)[1]["x"]
     assert not np.array_equal(other, cis[0])
+
+
+# ----------------------------------------------------------------------------- few runs of one game
+def test_student_t_interval_by_hand():
+    # 1, 2, 4: mean 7/3 = 2.3333; deviations -4/3, -1/3, 5/3, squares sum 42/9 = 4.6667, s^2 = 4.6667 / 2 = 2.3333,
+    # s = 1.5275; t_{0.975, 2} = 4.3027 (t table, 2 df); half-width 4.3027 * 1.5275 / sqrt(3) = 3.7946.
+    mean, lo, hi = report.t_interval([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(2.3333, abs=1e-4)
+    assert (hi - mean, mean - lo) == (pytest.approx(3.7946, abs=1e-4), pytest.approx(3.7946, abs=1e-4))
+    assert (lo, hi) == (pytest.approx(-1.4613, abs=1e-4), pytest.approx(6.1279, abs=1e-4))
+    # Two values 100, 150: s = 35.355, t_{0.975, 1} = 12.706, half-width 12.706 * 35.355 / sqrt(2) = 317.65.
+    assert report.t_interval([100.0, 150.0])[2] == pytest.approx(125 + 317.65, abs=0.01)
+    # n = 1: a mean and no interval, and the table says so.
+    mean, lo, hi = report.t_interval([3600.0])
+    assert mean == 3600.0 and np.isnan(lo) and np.isnan(hi)
+    assert report.t_text({1: 3600.0}) == "n = 1, no interval"
+    assert report.t_text({1: 1.0, 2: 2.0, 3: 4.0}) == "[-1.461, 6.128]"
+    assert report.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
+
+
+def test_welch_interval_by_hand():
+    # Equal sizes and spreads: a = 1, 2, 3 and b = 4, 5, 6 have s^2 = 1, v = s^2 / n = 1/3 each; diff -3,
+    # se = sqrt(2/3) = 0.8165, df = (2/3)^2 / ((1/3)^2 / 2 + (1/3)^2 / 2) = 4, t_{0.975, 4} = 2.7764: half 2.2669.
+    diff, lo, hi, df = report.welch_interval([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert (diff, df) == (pytest.approx(-3.0), pytest.approx(4.0))
+    assert (lo, hi) == (pytest.approx(-5.2669, abs=1e-4), pytest.approx(-0.7331, abs=1e-4))
+    # Unequal: a = 0, 2 (mean 1, s^2 2, v 1), b = 0, 0, 6 (mean 2, s^2 12, v 4): diff -1, se = sqrt(5) = 2.2361,
+    # Welch-Satterthwaite df = (1 + 4)^2 / (1^2 / 1 + 4^2 / 2) = 25 / 9 = 2.7778 (a pooled t-test would have 3);
+    # t_{0.975, 25/9} = 3.3314: half-width 3.3314 * 2.2361 = 7.4493.
+    diff, lo, hi, df = report.welch_interval([0.0, 2.0], [0.0, 0.0, 6.0])
+    assert (diff, df) == (pytest.approx(-1.0), pytest.approx(25 / 9))
+    assert (lo, hi) == (pytest.approx(-8.4493, abs=1e-4), pytest.approx(6.4493, abs=1e-4))
+    # One run on a side, or no spread on either: a difference and no interval.
+    assert np.isnan(report.welch_interval([1.0], [2.0, 3.0])[1]) and report.welch_interval([1.0], [2.0, 3.0])[0] == -1.5
+    diff, lo, hi, df = report.welch_interval([25.0, 25.0], [6.25, 6.25])
+    assert diff == 18.75 and np.isnan(lo) and np.isnan(df)
+
+
+def test_exact_permutation_p_by_enumeration():
+    # 4, 5, 6 vs 1, 2, 3: of the C(6, 3) = 20 splits only the observed one and its mirror reach |diff| = 3.
+    assert report.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 20, True)
+    # Overlap and ties: 1, 2, 3 vs 2, 3, 4, |diff| = 1. The pool 1, 2a, 2b, 3a, 3b, 4 sums to 15 and a split with
+    # group sum S has diff (2S - 15) / 3, so |diff| >= 1 iff S <= 6 or S >= 9. With the 1: {2a,2b} 5, {2a,3a} 6,
+    # {2a,3b} 6, {2b,3a} 6, {2b,3b} 6 (5 splits; {2a,4}, {2b,4} 7, {3a,3b} 7, {3a,4}, {3b,4} 8 do not); without it:
+    # {2a,3a,4}, {2a,3b,4}, {2b,3a,4}, {2b,3b,4} 9 and {3a,3b,4} 10 (5 splits; the other five sum to 7 or 8).
+    # p = 10 / 20 = 0.5.
+    assert report.permutation_p([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == (pytest.approx(0.5), 20, True)
+    # Unequal sizes: 10, 11 vs 1, 2, 3: diff (5S - 54) / 6 for a pair summing to S; the observed S = 21 gives 8.5, the
+    # most negative S = 3 gives -6.5: only the observed split of C(5, 2) = 10 is as extreme, p = 0.1.
+    assert report.permutation_p([10.0, 11.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 10, True)
+    # 200, 300 vs 100, 150 (C(4, 2) = 6): |diff| 125 for the observed split and its mirror, 75 and 25 for the others.
+    assert report.permutation_p([200.0, 300.0], [100.0, 150.0])[0] == pytest.approx(1 / 3)
+    # Above the limit of enumerated relabellings a seeded sample is drawn instead: (1 + hits) / (1 + samples).
+    p, n, exact = report.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0], exact_limit=10, samples=2000)
+    assert not exact and n == 2000 and p == pytest.approx(0.1, abs=0.03)
+
+
+def test_smallest_possible_p_and_its_statement():
+    assert report.min_permutation_p(3, 3) == pytest.approx(2 / 20)
+    assert report.min_permutation_p(2, 3) == pytest.approx(1 / 10)
+    assert report.min_permutation_p(3, 4) == pytest.approx(1 / 35)
+    assert report.min_permutation_p(1, 1) == 1.0
+    assert report.min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
+                                            "relabellings): no difference can reach p < 0.05")
+    assert report.min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
+                                            "relabellings), below 0.05")
+    assert "no difference can reach" in report.min_p_statement(1, 1)
+
+
+def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, window, total, adapt=True):
+    """A PPO-like run: one adapt/kl and adapt/num_steps event per divergence measurement, and --window W."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    write_run(run_dir, env_id, seed, 1000.0, lambda s: s / 10, total=total)
+    w = SummaryWriter(log_dir=str(run_dir))
+    for step, L in zip(measurement_steps, lengths):
+        w.add_scalar("adapt/kl", 0.02, step)
+        w.add_scalar("adapt/num_steps", L, step)
+    w.close()
+    res = json.loads((run_dir / "eval_results.json").read_text())
+    res["args"].update({"adapt": adapt, "window": window, "num_steps": 32, "num_steps_min": 16})
+    (run_dir / "eval_results.json").write_text(json.dumps(res))
+
+
+def test_burn_in_share_from_event_files(tmp_path):
+    """W = 3, L_min = 16, one measurement every 160 steps of 10,000: the 3rd (the first that moves L) is logged at
+    step 480, so burn-in covers 480 of the early window's 1,000 steps (48%). With W = 5 it ends at 800 (80%); a run
+    with fewer than W measurements never leaves it (100%); the fixed-L baseline is no ABS run."""
+    steps = [160, 320, 480, 640, 800, 960, 1120]
+    write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, steps, [16, 16, 20, 24, 27, 30, 32], 3, 10_000)
+    write_adapt_run(tmp_path / "ABS" / "b", "Hopper-v4", 2, steps, [16, 16, 16, 16, 19, 22, 25], 5, 10_000)
+    write_adapt_run(tmp_path / "ABS" / "c", "Hopper-v4", 3, steps[:2], [16, 16], 3, 10_000)
+    write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, steps, [32] * 7, 3, 10_000, adapt=False)
+    data, games, _ = report.collect({"ABS": tmp_path / "ABS", "PPO": tmp_path / "PPO"}, None, {})
+    burn, notes = report.burn_in(data, games)
+    assert set(burn) == {("Hopper", "ABS")} and notes == []
+    got = burn[("Hopper", "ABS")]
+    assert got[1] == (480.0, pytest.approx(0.48), 16.0, 3)
+    assert got[2] == (800.0, pytest.approx(0.80), 16.0, 5)
+    assert got[3][0] == float("inf") and got[3][1] == 1.0
+    assert report.burn_in_share([160, 320, 480], 3, 4000) == (480.0, 1.0)  # ends after the early window (400)
+    assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20"]) == 0
+    el = section((tmp_path / "o" / "report.md").read_text(), "Early / late")
+    assert row_of(el.split("### Burn-in")[1], "Hopper", "ABS")[2:8] == ["16", "3, 5", "1: 480, 2: 800, 3: never",
+                                               "1: 48.0%, 2: 80.0%, 3: 100.0%", "76.0%", "3"]
+    assert ("- ABS: on average 76.0% of the early window (runs: 48.0-100.0%) is burn-in at L = 16, before its first "
+            "adaptation: its early return is mostly that of a fixed L = 16 (PPO: fixed L = 32), not of the ABS "
+            "schedule.") in el
+    # An L that moves before the W-th measurement is not a burn-in at one L: noted.
+    write_adapt_run(tmp_path / "odd" / "a", "Hopper-v4", 1, steps, [16, 18, 20, 24, 27, 30, 32], 3, 10_000)
+    data, games, _ = report.collect({"odd": tmp_path / "odd"}, None, {})
+    assert report.burn_in(data, games)[1] == ["odd: Hopper seed 1: adapt/num_steps moved before its W-th measurement "
+                                              "(W = 3), not a burn-in at one L"]
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -219,6 +331,11 @@ def row(text: str, first: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+def row_of(text: str, game: str, label: str) -> list[str]:
+    """The row of one game and label in a per-seed table (game | label | ...)."""
+    return row(text, f"{game} | {label}")
+
+
 def test_report_end_to_end(fixture_runs, tmp_path):
     out = tmp_path / "report"
     res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs",
@@ -245,30 +362,58 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     lo, hi = (float(x) for x in re.findall(r"\[(\S+), (\S+)\]", abs_row[1])[0])
     assert lo <= float(abs_row[1].split()[0]) <= hi
 
-    per_game = section(md, "Per-game")
-    assert row(per_game, "Amidar")[1:] == ["**250.0 [200.0, 300.0] n=2**", "125.0 [100.0, 150.0] n=2"]
-    assert row(per_game, "Qbert")[1:] == ["**1500.0 [1000.0, 2000.0] n=2**", "missing"]
+    # Per game: per-seed values, mean, Student-t CI (n = 2: t_{0.975, 1} = 12.706; ABS s = 70.71, half-width
+    # 12.706 * 70.71 / sqrt(2) = 635.3; Small s = 35.36, half-width 317.7).
+    per_game = section(md, "Per-game evaluation return")
+    assert "Student-t 95% CI" in per_game
+    assert row_of(per_game, "Amidar", "ABS")[2:] == ["1: 200.0, 2: 300.0", "**250.0**", "[-385.3, 885.3]", "2"]
+    assert row_of(per_game, "Amidar", "Small")[2:] == ["1: 100.0, 2: 150.0", "125.0", "[-192.7, 442.7]", "2"]
+    assert row_of(per_game, "Qbert", "ABS")[2:4] == ["1: 1000.0, 2: 2000.0", "**1500.0**"]
+    assert row_of(per_game, "Qbert", "Small")[2:] == ["missing", "–", "–", "0"]
     assert "**ABS best in 1 of 1 games**" in per_game and "others: Small 0" in per_game
     assert "- ABS vs Small: **ABS higher in 1 of 1 games**" in per_game  # pairwise, against one baseline
+    # ABS - Small on Amidar: 125; Welch v = 2500 + 625, df = 3125^2 / (2500^2 + 625^2) = 1.4706; permutation: of the
+    # C(4, 2) = 6 splits, the observed one and its mirror have |diff| 125 (the others 75 and 25): p = 1/3.
+    diff = row_of(per_game, "Amidar", "ABS − Small")
+    _, lo, hi, df = report.welch_interval([200.0, 300.0], [100.0, 150.0])
+    assert diff[2:] == ["125.0", f"[{report.fmt(lo)}, {report.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
+    assert df == pytest.approx(3125 ** 2 / (2500 ** 2 + 625 ** 2))
+    assert "- ABS vs Small (Amidar): with 2 vs 2 runs the smallest possible p is 0.33 (2 of 6 relabellings): no " \
+        "difference can reach p < 0.05." in per_game
 
-    # Per-game HNS: IQM over 2 seeds = their mean (nothing to trim).
+    # Per-game HNS (Atari): with 2 runs per game the IQM trims nothing, so the table gives the mean HNS and says so.
     hns_table = section(md, "Per-game human-normalised score")
-    expected_cells = [f"**{report.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)} [",
-                      f"{report.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)} ["]
-    assert [c[:len(e)] for c, e in zip(row(hns_table, "Amidar")[1:], expected_cells)] == expected_cells
-    assert row(hns_table, "Qbert")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
+    assert row_of(hns_table, "Amidar", "ABS")[3] == f"**{report.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)}**"
+    assert row_of(hns_table, "Amidar", "Small")[3] == report.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)
+    assert row_of(hns_table, "Qbert", "Small")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
+    assert "with n <= 3 it drops nothing and equals the mean. With at most 3 runs of each game here the IQM is " \
+        "this mean." in hns_table and "IQM over seeds |" not in hns_table
+    # What the aggregates' bootstrap rests on, and why a game's own bootstrap bounds are its extreme seeds.
+    agg = section(md, "Aggregate")
+    assert "- ABS: 2 games × 2 runs per game (4 runs)" in agg and "- Small: 1 game × 2 runs per game (2 runs)" in agg
+    assert "With 2 runs per game, one game's own bootstrap interval is exactly [its lowest seed, its highest seed]: " \
+        "a resample of 2 copies of one seed has probability 1/4 > 2.5%." in agg
 
-    # Final training return (the last 100 games; here all 11): ABS mean(0..100) + s = 51, 52 -> 51.5 +- 0.5 over the
-    # seeds, Small mean(0..50) + s -> 26.5 +- 0.5.
+    # Final training return (the last 100 games; here all 11): ABS mean(0..100) + s = 51, 52 -> 51.5, population std
+    # 0.5 over the seeds; Small mean(0..50) + s -> 26, 27.
     final = section(md, "Final training return")
-    assert row(final, "Amidar")[1:] == ["**51.5 ± 0.500 [51.0, 52.0] n=2**", "26.5 ± 0.500 [26.0, 27.0] n=2"]
-    assert row(final, "Qbert")[1:] == ["**51.5 ± 0.500 [51.0, 52.0] n=2**", "missing"]
+    assert row_of(final, "Amidar", "ABS")[2:4] == ["1: 51.0, 2: 52.0", "**51.5**"]
+    assert row_of(final, "Amidar", "ABS")[5:] == ["0.500", "2"]
+    assert row_of(final, "Amidar", "Small")[2:4] == ["1: 26.0, 2: 27.0", "26.5"]
+    assert row_of(final, "Qbert", "Small")[2] == "missing"
     assert "last 100 games" in final and "- ABS vs Small: **ABS higher in 1 of 1 games**" in final
 
-    # Early: ABS (0+s, 10+s) -> 6.5 over seeds, Small (0+s, 5+s) -> 4.0. Late var: ABS 25, Small 6.25.
+    # Early: ABS (0+s, 10+s) -> 6, 7; Small (0+s, 5+s) -> 3.5, 4.5. Late var: ABS 25 and Small 6.25 for each seed.
     el = section(md, "Early / late")
-    assert row(el, "Amidar")[1:] == ["**6.500 n=2**", "4.000 n=2", "25.0 n=2", "**6.250 n=2**"]
+    early, late = el.split("### Late variance")
+    assert row_of(early, "Amidar", "ABS")[2:4] == ["1: 6.000, 2: 7.000", "**6.500**"]
+    assert row_of(early, "Amidar", "Small")[2:4] == ["1: 3.500, 2: 4.500", "4.000"]
+    assert row_of(late, "Amidar", "ABS")[2:4] == ["1: 25.0, 2: 25.0", "25.0"]
+    assert row_of(late, "Amidar", "Small")[2:4] == ["1: 6.250, 2: 6.250", "**6.250**"]
     assert "**ABS higher early in 1 of 1 games**" in el and "**ABS lower late variance in 0 of 1 games**" in el
+    # No spread on either side: a difference, no Welch interval; the permutation p is 2/6 (observed split, mirror).
+    assert row_of(late, "Amidar", "ABS − Small")[2:6] == ["18.8", "no spread, no interval", "–", "0.33"]
+    assert "### Burn-in" not in el  # these ABS runs have no --window in their args
 
     # Improvement rate on HNS: (250 - 125) / (125 - random) for Amidar.
     ir = section(md, "Improvement rate")
@@ -323,11 +468,39 @@ def test_mujoco_one_seed_raw_returns(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Breakout-v5 is not in mujoco" in md and "Missing for PPO+ABS: Hopper" in md
     assert "No Atari games" in section(md, "Aggregate")
-    assert row(section(md, "Per-game"), "HalfCheetah")[1:] == ["**3600.0 [3600.0, 3600.0] n=1**",
-                                                               "3000.0 [3000.0, 3000.0] n=1"]
-    assert row(section(md, "Early / late"), "Hopper")[1:3] == ["missing", "no data"]
+    per_game = section(md, "Per-game evaluation return")
+    assert row_of(per_game, "HalfCheetah", "PPO+ABS")[2:] == ["1: 3600.0", "**3600.0**", "n = 1, no interval", "1"]
+    assert row_of(per_game, "HalfCheetah", "PPO")[2:] == ["1: 3000.0", "3000.0", "n = 1, no interval", "1"]
+    assert row_of(per_game, "HalfCheetah", "PPO+ABS − PPO")[2:] == ["600.0", "n = 1, no interval", "–", "1.00", "2",
+                                                                   "1 vs 1"]
+    assert "with 1 vs 1 runs the smallest possible p is 1.00 (2 of 2 relabellings): no difference can reach p < " \
+        "0.05" in per_game
+    assert "[3600.0, 3600.0]" not in md
+    # One run per game: the IQM trims nothing, so the per-game IQM table (raw returns) is left out, and says why.
+    iqm = section(md, "Per-game IQM of evaluation return")
+    assert "Not shown" in iqm and "drops nothing and equals the mean" in iqm and "| game |" not in iqm
+    el = section(md, "Early / late")
+    assert row_of(el, "Hopper", "PPO+ABS")[2] == "missing" and row_of(el, "Hopper", "PPO")[2] == "no data"
     assert row(section(md, "Improvement rate of PPO+ABS"), "HalfCheetah")[1] == "20.0%"  # (3600-3000)/3000
     assert not (tmp_path / "out" / "aggregates.png").exists() and (tmp_path / "out" / "adapt.png").exists()
+
+
+def test_per_game_iqm_table_only_where_the_iqm_trims(tmp_path):
+    """4 runs of a game: the IQM drops one from each end (0, 1, 2, 100 -> 1.5, the mean is 25.75); 2 runs: "= mean"."""
+    for seed, score in enumerate((0.0, 1.0, 2.0, 100.0), 1):
+        write_run(tmp_path / "A" / f"h{seed}", "Hopper-v4", seed, score)
+    for seed, score in enumerate((5.0, 7.0), 1):
+        write_run(tmp_path / "B" / f"h{seed}", "Hopper-v4", seed, score)
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", f"B={tmp_path / 'B'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20"]) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    iqm = section(md, "Per-game IQM of evaluation return")
+    assert "Not shown" not in iqm
+    assert row_of(iqm, "Hopper", "A")[3] == "25.8" and row_of(iqm, "Hopper", "A")[5:] == ["1.500", "4"]
+    assert row_of(iqm, "Hopper", "B")[5:] == ["**6.000 (= mean)**", "2"]  # the best IQM in bold
+    assert "- A vs B: **A higher in 0 of 1 games**" in iqm  # on the IQMs 1.5 vs 6, not the means 25.75 vs 6
+    # 4 vs 2 runs: C(6, 4) = 15 splits, the smallest possible p 1/15 = 0.067.
+    assert "with 4 vs 2 runs the smallest possible p is 0.067 (1 of 15 relabellings): no difference can reach" in md
 
 
 def test_adapt_figure_shows_the_divergence_each_ppo_run_scheduled_on(tmp_path):

@@ -53,6 +53,24 @@ def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated):
     assert not [ln for ln in fresh if ln.startswith("- ") and ("skipped" in ln or "left out" in ln)]
 
 
+def test_mujoco_report_states_what_three_seeds_can_show(regenerated):
+    """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
+    interval and the exact permutation p of PPO+ABS - PPO, the statement that 3 vs 3 runs cannot reach p < 0.05, no
+    per-game IQM table (the IQM of 3 values is their mean), and ABS's burn-in share of the early window."""
+    md = (regenerated / "report.md").read_text()
+    evaluation = md.split("## Per-game evaluation return")[1].split("\n## ")[0]
+    hopper = next(ln for ln in evaluation.splitlines() if ln.startswith("| Hopper | PPO |"))
+    assert hopper == "| Hopper | PPO | 1: 3665.0, 2: 3438.1, 3: 3581.4 | **3561.5** | [3276.5, 3846.5] | 3 |"
+    assert "[3438.1, 3665.0]" not in md  # the bootstrap interval of 3 seeds: their min and max
+    assert "| Hopper | PPO+ABS − PPO | -561.1 | [-1991.3, 869.0] | 2.14 | 0.20 | 20 | 3 vs 3 |" in evaluation
+    statement = ("- PPO+ABS vs PPO (HalfCheetah, Hopper, Walker2d): with 3 vs 3 runs the smallest possible p is 0.10 "
+                 "(2 of 20 relabellings): no difference can reach p < 0.05.")
+    assert md.count(statement) == 4  # evaluation, final training return, early return, late variance
+    assert "Not shown." in md.split("## Per-game IQM of evaluation return")[1].split("\n## ")[0]
+    assert ("- PPO+ABS: on average 92.9% of the early window (runs: 92.7-93.1%) is burn-in at L = 1024, before its "
+            "first adaptation") in md
+
+
 @pytest.mark.parametrize("name", FIGURE_DATA)
 def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, name):
     with open(MUJOCO / name) as a, open(regenerated / name) as b:
