@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""KL against delta_ESS as the PPO + ABS divergence: traces, rollout lengths and returns (README: "Beyond the paper").
+"""KL against delta_ESS as the PPO + ABS divergence: traces, rollout lengths and returns (docs/study-mujoco-ess.md).
 
     python reproduce/divergence_study.py --runs KL=results/mujoco-1m/runs/mujoco/PPO+ABS \\
         ESS=results/mujoco-ess-1m/runs/mujoco-ess/PPO+ABS-ESS --games HalfCheetah-v4 Hopper-v4 --out study/

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The paper's tables and figures from directories of finished runs (README: "Reproducing the paper's tables").
+"""The paper's tables and figures from directories of finished runs (docs/reproducing.md: "The paper's tables").
 
     python reproduce/report.py --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
 
