@@ -1,6 +1,6 @@
 """Beyond The Rainbow (BTR) + Adaptive Batch Scaling (ABS) on envpool Atari, one file in the style of CleanRL.
 
-Papers: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026), section 5.7;
+Papers: "Scalable On-Policy Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026), section 5.7;
 "Beyond The Rainbow: High Performance Deep Reinforcement Learning on a Desktop PC" (Clark et al., ICML 2025).
 BTR = IMPALA CNN (x2, spectral norm, 6x6 max-pool) + IQN + dueling noisy streams + LayerNorm + Munchausen targets
 + 3-step returns + prioritised replay. ABS for replay methods maps the Behavioral Divergence (the fraction of greedy
@@ -158,7 +158,9 @@ class Args:
     divergence_span: int = 8
     """gradient steps between the snapshot and the measurement"""
     window: int = 10
-    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    """W: the schedule uses the mean of the last W measurements"""
+    burn_in: Optional[int] = None
+    """measurements before L first moves from L_min (default: W; the authors' code: 10 with --window 20)"""
     ema_beta: float = 0.1
     """beta of the EMA that moves the batch size towards its target"""
     divergence_low: float = 0.05
@@ -182,7 +184,7 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
-    # Speed (same algorithm; see README "Speed flags")
+    # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
     """bfloat16 autocast of the CNN encoder when acting and learning (the Q head, targets, loss, divergence: float32)"""
 
@@ -221,10 +223,10 @@ def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: fl
 class ABSScheduler:
     """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
 
-    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", burn_in=None):
         self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
         self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
-        self.history = deque(maxlen=window)
+        self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
         self.L = float(L_min)
         self.num_measurements = 0
 
@@ -243,7 +245,7 @@ class ABSScheduler:
 
     def update(self, delta: float) -> int:
         self.record(delta)
-        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+        if self.num_measurements < self.burn_in:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
                                       self.schedule)
@@ -638,10 +640,6 @@ def quantile_huber_loss(quantiles, taus, targets, kappa):
     return (weight * huber / kappa).sum(dim=1).mean(dim=1), abs_td.detach().mean(dim=(1, 2))
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
 def btr_update(q_network, target_network, optimizer, batch, args, device):
     """One gradient step on a replay batch; returns mean loss, mean Q of the taken actions and |TD| priorities."""
     _, states, actions, returns, discounts, next_states, weights = batch
@@ -669,7 +667,7 @@ def btr_update(q_network, target_network, optimizer, batch, args, device):
     loss.backward()
     grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
     if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-        raise NonFiniteLoss(f"non-finite loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
+        raise U.NonFiniteLoss(f"non-finite loss or gradient (loss {loss.item()}, grad norm {grad_norm.item()})")
     optimizer.step()
     q_network.eval()
     return loss.item(), chosen.detach().mean().item(), td_abs.cpu().numpy()
@@ -737,6 +735,7 @@ def flag_problems(a: Args):
                            "batch_size_max", "batch_size_multiple", "adapt_freq", "divergence_span", "window",
                            "ref_batch_size", "n_step", "num_tau", "num_cosines", "hidden_size",
                            "target_network_frequency", "scalar_every", "eval_num_envs", "eval_max_episode_steps")
+    yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts",
                            "exploration_steps", "maxpool_size", "noisy_sigma0", "per_alpha")
     yield from U.in_domain(a, "> 0", "learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau",
@@ -812,7 +811,7 @@ if __name__ == "__main__":
     # Fixed-batch mode (--no-adapt): the batch is --batch-size throughout; the scheduler only records divergences.
     B_min, B_max = (args.batch_size_min, args.batch_size_max) if args.adapt else (args.batch_size, args.batch_size)
     scheduler = ABSScheduler(B_min, B_max, args.window, args.ema_beta, args.divergence_low,
-                             args.divergence_high, args.schedule)
+                             args.divergence_high, args.schedule, args.burn_in)
     replay = ReplayBuffer(args.buffer_size, E, args.n_step, args.gamma, args.per_alpha if args.per else 0.0)
 
     global_step, grad_steps = 0, 0
@@ -886,7 +885,7 @@ if __name__ == "__main__":
                     target_network.load_state_dict(q_network.state_dict())
                 try:
                     loss, mean_q, td_abs = btr_update(q_network, target_network, optimizer, batch, args, device)
-                except NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this step; exit 3
+                except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this step; exit 3
                     run.fail(global_step, e, state)
                 replay.update_priorities(batch[0], td_abs)
             grad_steps += 1

@@ -1,10 +1,10 @@
 """PPO + Adaptive Batch Scaling (ABS) on gymnasium MuJoCo, one file in the style of CleanRL.
 
-Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
+Paper: "Scalable On-Policy Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
 Behavioral Divergence, here the analytic KL(pi_new || pi_old) between the diagonal Gaussian policies before and
 after an update, and maps it on a log scale to the rollout length L: a settling policy gets a larger batch.
 `--divergence ess` schedules on an alternative bounded in [0, 1] instead: 1 - ESS/n, from the effective sample size
-of the ratios pi_new / pi_old at the actions the old policy took (README: "Beyond the paper").
+of the ratios pi_new / pi_old at the actions the old policy took (docs/study-mujoco-ess.md).
 `--no-adapt --num-steps 2048` is CleanRL's continuous PPO (ppo_continuous_action.py).
 
     python abs_ppo_mujoco.py --env-id HalfCheetah-v4 --seed 1     # --help lists every flag
@@ -103,7 +103,9 @@ class Args:
     adapt_freq: int = 10
     """K: measure the divergences every K iterations"""
     window: int = 10
-    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    """W: the schedule uses the mean of the last W measurements"""
+    burn_in: Optional[int] = None
+    """measurements before L first moves from L_min (default: W; the authors' code: 10 with --window 20)"""
     ema_beta: float = 0.1
     """beta of the EMA that moves L towards its target"""
     divergence: Literal["kl", "ess"] = "kl"
@@ -126,6 +128,8 @@ class Args:
     """reference length of the epoch rule: epochs = max(min, round(base * L / ref))"""
     min_update_epochs: int = 1
     """floor of the epoch rule (PPO: 1, so L=1024 gets 5 epochs)"""
+    base_epochs_in_burn_in: bool = False
+    """keep --update-epochs until L first leaves L_min, as the authors' code (default: the epoch rule throughout)"""
     track_divergence: bool = False
     """with --no-adapt, still measure and log both divergences every K iterations"""
 
@@ -135,10 +139,8 @@ class Args:
 
 
 # Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
-RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "torch_threads",
-    "track", "wandb_project_name", "wandb_entity", "eval_episodes",
-)
+RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
+                     "torch_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes")
 
 
 # ================================================================ the paper's method: the ABS schedule (pure math)
@@ -163,19 +165,20 @@ def multiples_in(L_min: int, L_max: int, multiple: int) -> tuple[int, int]:
     return -(-L_min // multiple) * multiple, L_max // multiple * multiple
 
 
-def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int = 1) -> int:
-    """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch)."""
-    return max(min_epochs, round_half_up(base_epochs * L / ref_steps))
+def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int = 1, keep_base: bool = False) -> int:
+    """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch).
+    keep_base: the base epochs whatever L is (the authors' code before L first leaves L_min)."""
+    return base_epochs if keep_base else max(min_epochs, round_half_up(base_epochs * L / ref_steps))
 
 
 class ABSScheduler:
     """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
 
-    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", multiple=1):
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", burn_in=None, multiple=1):
         self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
         self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
         self.multiple = multiple
-        self.history = deque(maxlen=window)
+        self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
         self.L = float(L_min)
         self.num_measurements = 0
 
@@ -196,7 +199,7 @@ class ABSScheduler:
 
     def update(self, delta: float) -> int:
         self.record(delta)
-        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+        if self.num_measurements < self.burn_in:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
                                       self.schedule)
@@ -326,10 +329,6 @@ class Rollout:
         return cls(**{name: torch.zeros((L_max, num_envs) + shape, device=device) for name, shape in shapes.items()})
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
 def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):
     """CleanRL's clipped-surrogate epochs over --num-minibatches minibatches; returns the loss statistics."""
     batch = b_obs.shape[0]
@@ -362,7 +361,7 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
+                raise U.NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
                                     f"grad norm {grad_norm.item()})")
             optimizer.step()
     # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
@@ -417,6 +416,7 @@ def flag_problems(a: Args):
     yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
                            "num_steps_max", "adapt_freq", "window", "ref_batch_size", "update_epochs",
                            "epochs_ref_steps", "min_update_epochs")
+    yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads",
                            "ent_coef", "vf_coef")
     yield from U.in_domain(a, "> 0", "learning_rate", "clip_coef", "max_grad_norm", "kl_low")
@@ -443,11 +443,6 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 # Checkpoint state of the shared observation and reward normalisation: gymnasium keeps it in numpy arrays, which
 # a weights_only load refuses, so it is stored as float64 tensors and converted back.
-def float64_array(x) -> np.ndarray:
-    """A float64 numpy copy of a tensor or an array."""
-    return torch.as_tensor(x, dtype=torch.float64).numpy().copy()
-
-
 def rms_state(rms):
     """Tensors and a float (checkpoints load with weights_only=True)."""
     return {"mean": torch.tensor(np.asarray(rms.mean, dtype=np.float64)),
@@ -455,8 +450,8 @@ def rms_state(rms):
 
 
 def set_rms_state(rms, state):
-    rms.mean, rms.var = float64_array(state["mean"]), float64_array(state["var"])
-    rms.count = float(state["count"])
+    rms.mean, rms.var, rms.count = np.array(state["mean"], np.float64), np.array(state["var"], np.float64), \
+        float(state["count"])
 
 
 def normalization_state(envs):
@@ -472,7 +467,7 @@ def set_normalization_state(envs, state):
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms, state["obs_rms"])
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms, state["return_rms"])
     for env, accumulator in zip(envs.envs, state["discounted_reward"]):
-        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = float64_array(accumulator)
+        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = np.array(accumulator, np.float64)
 
 
 @torch.no_grad()
@@ -517,18 +512,19 @@ if __name__ == "__main__":
     use_ess = args.divergence == "ess"
     delta_min, delta_max = (args.ess_low, args.ess_high) if use_ess else (args.kl_low, args.kl_high)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, delta_min, delta_max, args.schedule,
-                             multiple=args.num_minibatches if args.adapt else 1)
+                             args.burn_in, multiple=args.num_minibatches if args.adapt else 1)
     mean_tag, bar_name = ("adapt/divergence_ess_mean", "ess_bar") if use_ess else ("adapt/kl_mean", "kl_bar")
     rollout = Rollout.allocate(L_max, E, obs_dim, act_dim, device)  # rollout.obs[t]: step t
     storage_bytes = sum(t.numel() * t.element_size() for t in vars(rollout).values())
 
-    global_step, iteration = 0, 0
+    global_step, iteration, L_moved = 0, 0, False  # L_moved: L has left L_min (--base-epochs-in-burn-in)
     if checkpoint is not None:
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         set_normalization_state(envs, checkpoint["normalization"])
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
+        L_moved = checkpoint.get("L_moved", False)  # (absent before --base-epochs-in-burn-in existed: it was off)
         print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset; "
               f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
     run.begin(global_step)
@@ -537,7 +533,8 @@ if __name__ == "__main__":
 
     def state():  # what a checkpoint holds besides what the Run adds (RNGs, flags, timings)
         return {"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "normalization": normalization_state(envs), "global_step": global_step, "iteration": iteration}
+                "normalization": normalization_state(envs), "global_step": global_step, "iteration": iteration,
+                "L_moved": L_moved}
 
     # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
     next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
@@ -545,7 +542,9 @@ if __name__ == "__main__":
     measuring = args.adapt or args.track_divergence
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
-        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)
+        L_moved = L_moved or L != L_min
+        epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs,
+                                   args.base_epochs_in_burn_in and not L_moved)
         measure = measuring and iteration % args.adapt_freq == 0
         if measure:
             snapshot.load_state_dict(agent.state_dict())
@@ -579,7 +578,7 @@ if __name__ == "__main__":
             try:
                 stats = ppo_update(agent, optimizer, b_obs, b_actions, rollout.logprobs[:L].reshape(-1),
                                    advantages.reshape(-1), b_returns, b_values, epochs, args)
-            except NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
                 run.fail(global_step, e, state)
             var_y = b_returns.var(unbiased=False).item()
             explained_var = (float("nan") if var_y == 0
@@ -597,7 +596,8 @@ if __name__ == "__main__":
             run.log(global_step, {
                 "adapt/kl": kl, "adapt/divergence_ess": ess, mean_tag: scheduler.delta_bar, "adapt/num_steps": new_L,
                 "adapt/batch_size": new_L * E, "adapt/update_epochs": update_epochs_for(
-                    new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs)})
+                    new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs,
+                    args.base_epochs_in_burn_in and not (L_moved or new_L != L_min))})
         iteration += 1
 
         sps = run.sps(global_step)

@@ -1,6 +1,6 @@
 """PQN + Adaptive Batch Scaling (ABS) on envpool Atari, one file in the style of CleanRL.
 
-Paper: "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
+Paper: "Scalable On-Policy Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML 2026). ABS measures
 Behavioral Divergence (the fraction of greedy actions that change across an update) and maps it on a log scale
 to the rollout length L: a settling policy gets a larger batch. `--no-adapt --num-steps L` gives the fixed-batch
 baselines (Small 16, Vanilla 32, Large 64); `--network pqn-l|pqn-xl` the wider networks.
@@ -97,7 +97,9 @@ class Args:
     adapt_freq: int = 50
     """K: measure the divergence every K iterations"""
     window: int = 10
-    """W: the schedule uses the mean of the last W measurements (burn-in until W exist)"""
+    """W: the schedule uses the mean of the last W measurements"""
+    burn_in: Optional[int] = None
+    """measurements before L first moves from L_min (default: W; the authors' code: 10 with --window 20)"""
     ema_beta: float = 0.1
     """beta of the EMA that moves L towards its target"""
     divergence_low: float = 0.05
@@ -125,7 +127,7 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
-    # Speed (same algorithm; see README "Speed flags")
+    # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
     """run the Q-network under bfloat16 autocast when acting and learning (targets, loss, divergence stay float32)"""
     compile: bool = False
@@ -173,10 +175,10 @@ def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
 class ABSScheduler:
     """Keeps the last W divergences and L as a float EMA state (rounded only when used)."""
 
-    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log"):
+    def __init__(self, L_min, L_max, window, beta, delta_min, delta_max, schedule="log", burn_in=None):
         self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
         self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
-        self.history = deque(maxlen=window)
+        self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
         self.L = float(L_min)
         self.num_measurements = 0
 
@@ -195,7 +197,7 @@ class ABSScheduler:
 
     def update(self, delta: float) -> int:
         self.record(delta)
-        if len(self.history) < self.window:  # burn-in: too few measurements to trust, stay at L_min
+        if self.num_measurements < self.burn_in:  # burn-in: too few measurements to trust, stay at L_min
             return self.num_steps
         target = divergence_to_length(self.delta_bar, self.L_min, self.L_max, self.delta_min, self.delta_max,
                                       self.schedule)
@@ -329,10 +331,6 @@ class Rollout:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
 def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
                forward=None, bf16=False):
     """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q.
@@ -354,7 +352,7 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
+                raise U.NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
                                     f"grad norm {grad_norm.item()})")
             optimizer.step()
             losses.append(loss.detach())
@@ -384,6 +382,7 @@ def flag_problems(a: Args):
     yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
                            "num_steps_max", "adapt_freq", "window", "ref_batch_size", "update_epochs",
                            "epochs_ref_steps", "eval_num_envs", "eval_max_episode_steps")
+    yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes")
     yield from U.in_domain(a, "> 0", "learning_rate", "max_grad_norm")
     yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta")
@@ -450,7 +449,7 @@ if __name__ == "__main__":
     # Fixed-batch mode (--no-adapt): L = --num-steps throughout; the scheduler only records divergences.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = ABSScheduler(L_min, L_max, args.window, args.ema_beta, args.divergence_low,
-                             args.divergence_high, args.schedule)
+                             args.divergence_high, args.schedule, args.burn_in)
     rollout = Rollout.allocate(L_max, E, envs.observation_space.shape, device)  # rollout.obs[t]: step t
 
     global_step, iteration = 0, 0
@@ -520,7 +519,7 @@ if __name__ == "__main__":
                 td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, rollout.actions[:L].reshape(-1),
                                              returns.reshape(-1), rollout.valid[:L].reshape(-1), epochs,
                                              args.num_minibatches, args.max_grad_norm, q_forward, args.bf16)
-            except NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
                 run.fail(global_step, e, state)
 
         if measure:

@@ -227,6 +227,10 @@ def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str,
 
 
 # ================================================================ the run
+class NonFiniteLoss(RuntimeError):
+    """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
+
+
 class Run:
     """One training run: its directory, device, writer, clocks, per-phase timings and stop signal.
 

@@ -26,6 +26,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "abs_ppo_mujoco.py"
+sys.path.insert(0, str(ROOT))  # the script imports abs_utils beside it
 _spec = importlib.util.spec_from_file_location("abs_ppo_mujoco", SCRIPT)
 ppo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ppo)
@@ -754,3 +755,53 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     assert r.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], r.stderr
     assert files_of(tmp_path / "once") == before
 
+
+def test_burn_in_separate_from_the_window_by_hand():
+    """--window 20 --burn-in 10 (the authors' code). Linear schedule, beta 1, delta in [0.1, 0.9], L in [16, 64]:
+    target = 64 - (d - 0.1) / 0.8 * 48 = 70 - 60 d. Measurements: five 0.8, five 0.5, then 0.2.
+    - measurements 1-9: fewer than 10 exist, L stays L_min = 16;
+    - the 10th: mean of the 10 = 0.65, target 70 - 39 = 31;
+    - the 25th: the last 20 are m6..m25 = five 0.5 and fifteen 0.2, mean 5.5 / 20 = 0.275, target 70 - 16.5 = 53.5,
+      rounded half up to 54 (a window of 10 would give 58, the mean of all 25 gives 50.8)."""
+    s = ppo.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
+    deltas = [0.8] * 5 + [0.5] * 5 + [0.2] * 15
+    Ls = [s.update(d) for d in deltas]
+    assert Ls[:9] == [16] * 9 and s.history.maxlen == 20
+    assert Ls[9] == 31
+    assert s.L == pytest.approx(53.5) and Ls[24] == 54
+    default = ppo.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear")  # default: burn-in until W measurements exist
+    assert [default.update(d) for d in deltas][:19] == [16] * 19 and default.burn_in == 20
+    s2 = ppo.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
+    for d in deltas[:12]:
+        s2.update(d)
+    restored = ppo.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
+    restored.load_state_dict(s2.state_dict())
+    assert [restored.update(d) for d in deltas[12:]] == Ls[12:]  # the burn-in count survives a checkpoint
+
+
+def test_update_epochs_keep_base_returns_the_base():
+    assert ppo.update_epochs_for(1024, 10, 2048, 1) == 5 and ppo.update_epochs_for(1024, 10, 2048, 1, True) == 10
+    assert ppo.update_epochs_for(4096, 10, 2048, 1, False) == 20
+
+
+@pytest.mark.parametrize("base_in_burn_in", [False, True])
+def test_epochs_per_iteration_with_and_without_base_epochs_in_burn_in(tmp_path, base_in_burn_in):
+    """L_min 64, update epochs 8 at ref 128: the rule gives 4 epochs at L = 64. With the flag, 8 until L first leaves
+    64 (after the burn-in of 3 measurements), then the rule. Read from the epochs each iteration's update used."""
+    flags = ["--burn-in", "3", "--divergence", "kl", "--kl-low", "10", "--kl-high", "100", "--update-epochs", "8",
+             "--epochs-ref-steps", "128", "--total-timesteps", "1500", "--eval-episodes", "0"]
+    r = run_script([*TINY, *flags, *(["--base-epochs-in-burn-in"] if base_in_burn_in else []),
+                    "--output-dir", str(tmp_path), "--run-name", "e"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    tags = scalars(tmp_path / "e")
+    Ls = [int(v) for _, v in tags["adapt/num_steps"]]  # L after each iteration's measurement (--adapt-freq 1)
+    epochs = [int(v) for _, v in tags["adapt/update_epochs"]]  # the epochs the next iteration uses
+    assert Ls[:2] == [64, 64] and Ls[2] > 64  # burn-in: 3 measurements, the 3rd moves L (tiny KL bounds: L_max)
+    rule = [max(1, math.floor(8 * L / 128 + 0.5)) for L in Ls]
+    if base_in_burn_in:
+        assert epochs[:2] == [8, 8] and epochs[2:] == rule[2:]
+    else:
+        assert epochs == rule and epochs[:2] == [4, 4]
+    ck = torch.load(tmp_path / "e" / "checkpoint.pt", weights_only=True)
+    assert ck["L_moved"] is True and ck["args"]["burn_in"] == 3
+    assert ck["args"]["base_epochs_in_burn_in"] is base_in_burn_in
