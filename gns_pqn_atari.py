@@ -1,6 +1,6 @@
 """PQN + the Gradient Noise Scale (GNS) batch schedule on envpool Atari, one file in the style of CleanRL.
 
-The prior-art baseline of "Scalable (On-Policy) Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML
+The prior-art baseline of "Scalable On-Policy Reinforcement Learning via Adaptive Batch Scaling" (Park, ICML
 2026): abs_pqn_atari.py with only the batch-size controller replaced. GNS (McCandlish et al. 2018) estimates the
 simple noise scale B_simple = tr(S) / |G|^2 from micro-batch gradients of the current batch and sets the rollout
 length L = B_simple / E: a noisier gradient gets a larger batch. `--no-adapt --num-steps L` gives the fixed-batch
@@ -8,30 +8,24 @@ baselines (Small 16, Vanilla 32, Large 64).
 
     python gns_pqn_atari.py --env-id Breakout-v5 --seed 1     # --help lists every flag
 
-Reading order: Args; the GNS schedule, then PQN; the run machinery (flag checks, checkpoints, evaluation,
-files); the training loop at the bottom.
+Reading order: Args; the GNS schedule, then PQN; this script's flag checks and evaluation; the training loop at
+the bottom. The run machinery (flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a
+copy of this script takes along.
 """
-import importlib
-import json
 import math
 import os
-import random
-import shutil
-import signal
-import sys
 import time
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
-from typing import NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Optional
 
 import envpool
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+
+import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -89,7 +83,7 @@ class Args:
     """final exploration epsilon"""
     exploration_fraction: float = 0.1
     """fraction of total-timesteps over which epsilon decays linearly"""
-    network: str = "pqn"
+    network: Literal["pqn", "pqn-l", "pqn-xl"] = "pqn"
     """Q-network: pqn (Nature CNN) | pqn-l (wide CNN + 5 residual blocks) | pqn-xl (10 blocks)"""
 
     # GNS
@@ -105,9 +99,9 @@ class Args:
     """K: estimate the gradient noise scale every K iterations"""
     gns_micro_batches: int = 8
     """m: the batch is split into m equal micro-batches, one gradient each (--num-envs must divide by m)"""
-    gns_timing: str = "before"
+    gns_timing: Literal["before", "after"] = "before"
     """before: estimate before iterations 0, K, 2K, ..; after: after the K-th, 2K-th, .. update (authors' code)"""
-    gns_micro_batching: str = "shuffled"
+    gns_micro_batching: Literal["shuffled", "contiguous"] = "shuffled"
     """shuffled: random micro-batches | contiguous: slices of the time-major batch (authors' code)"""
     gns_start_steps: int = 0
     """rollout length until the first estimate (0: L_min; the authors' code starts at 32)"""
@@ -128,7 +122,7 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
 
-    # Speed (same algorithm; see README "Speed flags")
+    # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
     """run the Q-network under bfloat16 autocast when acting and learning (targets, loss, GNS estimate stay float32)"""
     compile: bool = False
@@ -143,14 +137,14 @@ class NetworkConfig(NamedTuple):
 NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
             "pqn-l": NetworkConfig(channels=(64, 128, 128), residual_blocks=5),
             "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
-GNS_TIMINGS = ("before", "after")
-GNS_MICRO_BATCHINGS = ("shuffled", "contiguous")
-# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
+# --resume takes every flag from the checkpoint but these run-control ones, when given.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
     "bf16", "compile",
 )
+# The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
+CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
 
 
 # ================================================================ the GNS schedule
@@ -370,17 +364,29 @@ def select_actions(q_values: torch.Tensor, epsilon: float):
     return torch.where(explore, random_actions, greedy), values
 
 
-def allocate_storage(L_max, num_envs, obs_shape, device):
-    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations."""
-    def zeros(dtype=torch.float32, shape=()):
-        return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
+@dataclass
+class Rollout:
+    """Rollout storage, allocated once at L_max (an iteration uses the first L rows); uint8 observations.
+    valid[t] = 0 marks envpool's reset transition after an episode end, whose action the env ignored."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    values: torch.Tensor
+    terminals: torch.Tensor
+    ends: torch.Tensor
+    valid: torch.Tensor
 
-    return {"obs": zeros(torch.uint8, obs_shape), "actions": zeros(torch.long), "rewards": zeros(),
-            "values": zeros(), "terminals": zeros(), "ends": zeros(), "valid": zeros()}
+    @classmethod
+    def allocate(cls, L_max, num_envs, obs_shape, device):
+        def zeros(dtype=torch.float32, shape=()):
+            return torch.zeros((L_max, num_envs) + tuple(shape), dtype=dtype, device=device)
 
+        return cls(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), rewards=zeros(), values=zeros(),
+                   terminals=zeros(), ends=zeros(), valid=zeros())
 
-class NonFiniteLoss(RuntimeError):
-    pass
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
 def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
@@ -404,7 +410,7 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
-                raise NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
+                raise U.NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
                                     f"grad norm {grad_norm.item()})")
             optimizer.step()
             losses.append(loss.detach())
@@ -418,63 +424,7 @@ def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
                         reward_clip=train, max_episode_steps=max_episode_steps)
 
 
-# ================================================================ run machinery (not the algorithm)
-# Flag checks, checkpoints and resume, signals, timing, evaluation records and file writing. Apart from each
-# script's VALIDATION table, environment checks, checkpointed environment state and evaluate(), this section
-# is the same text in the four scripts (a test compares them), so a fix in one is copied to all.
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def rule(name: str, ok, domain: str):
-    """A VALIDATION row for one flag: ok(value) must hold, else '--flag must be <domain>, got <value>'."""
-    return (flag_of(name), lambda a: ok(getattr(a, name)),
-            lambda a: f"{flag_of(name)} must be {domain}, got {getattr(a, name)!r}")
-
-
-def at_least(lo, *names):
-    return [rule(n, lambda v: v >= lo, f">= {lo}") for n in names]
-
-
-def positive(*names):
-    return [rule(n, lambda v: v > 0, "> 0") for n in names]
-
-
-def probability(*names):
-    return [rule(n, lambda v: 0 <= v <= 1, "in [0, 1]") for n in names]
-
-
-def discount(*names):
-    return [rule(n, lambda v: 0 < v <= 1, "in (0, 1]") for n in names]
-
-
-def one_of(name: str, choices):
-    return rule(name, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def seed_rule(name: str = "seed"):
-    # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
-    return rule(name, lambda v: 0 <= v < 2**31 - 10_000, "in [0, 2^31 - 10000)")
-
-
-def run_name_rule():
-    return rule("run_name", lambda v: v is None or (v not in ("", ".", "..") and os.path.basename(v) == v),
-                "a single path component (no '/', not '.' or '..')")
-
-
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def track_rule():
-    return ("--track", lambda a: not a.track or importable("wandb"),
-            lambda a: "--track needs the wandb package, which cannot be imported (pip install wandb)")
-
-
+# ================================================================ this script's flags and evaluation
 def is_atari(env_id: str) -> bool:
     try:
         return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
@@ -482,52 +432,38 @@ def is_atari(env_id: str) -> bool:
         return False
 
 
-def has_cxx() -> bool:
-    return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
+def flag_problems(a: Args):
+    """(ok, message) rows for this script's flags, checked in order after abs_utils.common_problems (the first
+    failing row is the error); one-flag rows come first, so that the rows relating several flags may divide by them."""
+    yield is_atari(a.env_id), f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
+                           "num_steps_max", "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs",
+                           "eval_max_episode_steps")
+    yield (a.gns_micro_batches >= 2, "--gns-micro-batches must be >= 2 (tr(S) is a spread of micro-batch gradients), "
+           f"got {a.gns_micro_batches!r}")
+    yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes")
+    yield from U.in_domain(a, "> 0", "learning_rate", "max_grad_norm")
+    yield from U.in_domain(a, "in (0, 1]", "gamma")
+    yield from U.in_domain(a, "in [0, 1]", "q_lambda", "start_e", "end_e", "exploration_fraction", "eval_epsilon")
+    yield (a.num_steps_min <= a.num_steps_max,
+           f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})")
+    yield (a.gns_start_steps == 0 or a.num_steps_min <= a.gns_start_steps <= a.num_steps_max,
+           "--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
+           f"= [{a.num_steps_min}, {a.num_steps_max}], got {a.gns_start_steps}")
+    # Every L the run may use must split into equal minibatches (and micro-batches).
+    yield (not a.adapt or a.num_envs % a.num_minibatches == 0, f"--num-envs ({a.num_envs}) must be divisible by "
+           f"--num-minibatches ({a.num_minibatches}) so that every L in [L_min, L_max] splits evenly")
+    yield (not a.adapt or a.num_envs % a.gns_micro_batches == 0, f"--num-envs ({a.num_envs}) must be divisible by "
+           f"--gns-micro-batches ({a.gns_micro_batches}) so that every L in [L_min, L_max] splits evenly")
+    yield (a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0, "the batch --num-envs x --num-steps "
+           f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
+    yield (not a.compile or U.has_cxx(),
+           "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found")
 
 
-# Every flag's domain, checked in this order before anything is created: (flag, ok(args), message(args)) rows.
-# One-flag rows come first so that the rows relating several flags may divide by them.
-VALIDATION = [
-    seed_rule(), run_name_rule(), track_rule(), one_of("network", NETWORKS), one_of("gns_timing", GNS_TIMINGS),
-    one_of("gns_micro_batching", GNS_MICRO_BATCHINGS),
-    ("--env-id", lambda a: is_atari(a.env_id),
-     lambda a: f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"),
-    *at_least(1, "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min", "num_steps_max",
-              "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs", "eval_max_episode_steps"),
-    rule("gns_micro_batches", lambda v: v >= 2, ">= 2 (tr(S) is a spread of micro-batch gradients)"),
-    *at_least(0, "checkpoint_every", "log_every_seconds", "eval_episodes"),
-    *positive("learning_rate", "max_grad_norm"),
-    *discount("gamma"),
-    *probability("q_lambda", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
-    ("--num-steps-min", lambda a: a.num_steps_min <= a.num_steps_max,
-     lambda a: f"--num-steps-min ({a.num_steps_min}) must be <= --num-steps-max ({a.num_steps_max})"),
-    ("--gns-start-steps", lambda a: a.gns_start_steps == 0 or a.num_steps_min <= a.gns_start_steps <= a.num_steps_max,
-     lambda a: f"--gns-start-steps must be 0 (L_min) or within [--num-steps-min, --num-steps-max] "
-               f"= [{a.num_steps_min}, {a.num_steps_max}], got {a.gns_start_steps}"),
-    # Every L the run may use must split into equal minibatches.
-    ("--num-minibatches", lambda a: not a.adapt or a.num_envs % a.num_minibatches == 0,
-     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --num-minibatches ({a.num_minibatches}) "
-               "so that every L in [L_min, L_max] splits evenly"),
-    ("--gns-micro-batches", lambda a: not a.adapt or a.num_envs % a.gns_micro_batches == 0,
-     lambda a: f"--num-envs ({a.num_envs}) must be divisible by --gns-micro-batches ({a.gns_micro_batches}) "
-               "so that every L in [L_min, L_max] splits evenly"),
-    ("--num-minibatches", lambda a: a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0,
-     lambda a: f"the batch --num-envs x --num-steps ({a.num_envs * a.num_steps}) must be divisible by "
-               f"--num-minibatches ({a.num_minibatches})"),
-    ("--compile", lambda a: not a.compile or has_cxx(),
-     lambda a: "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"),
-]
-
-
-def validate_args(args: Args) -> None:
-    """Raise ValueError with a one-line message naming the flag: NaN or infinity, then VALIDATION's rows in order."""
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for _flag, ok, message in VALIDATION:
-        if not ok(args):
-            raise ValueError(message(args))
+def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
+    """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, CHECKPOINT_STATE, argv)
 
 
 @torch.no_grad()
@@ -558,245 +494,10 @@ def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, 
     return returns, lengths, capped
 
 
-def summarize_eval(returns, lengths, capped):
-    r = np.asarray(returns, dtype=np.float64)
-    stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
-             else dict.fromkeys(("mean", "std", "median", "min", "max")))
-    return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
-
-
-def log_finished_games(writer, returns, lengths, step: int) -> None:
-    """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
-    it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
-    for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
-        writer.add_scalar("charts/episodic_return", episode_return, step)
-        writer.add_scalar("charts/episodic_length", episode_length, step)
-
-
-def atomic_write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-
-
-def atomic_torch_save(path, obj):
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def rng_state(device):
-    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-             "torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state, device):
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def flags_given(argv) -> set:
-    """The Args fields named on the command line: --flag-name, --flag-name=value, --no-flag-name (or underscores)."""
-    names, given = {f.name for f in fields(Args)}, set()
-    for token in argv:
-        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
-        if name not in names and name.startswith("no_"):
-            name = name[3:]
-        if name in names:
-            given.add(name)
-    return given
-
-
-def load_checkpoint(path: str) -> dict:
-    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
-    (which could run code while it is unpickled) is refused without being built."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--resume: no checkpoint file at {path!r}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        try:
-            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        except Exception:
-            unsafe = []
-        if unsafe and all(g.startswith("numpy") for g in unsafe):  # numpy RNG state: before weights_only loading
-            raise ValueError(f"--resume: refused {path!r}: written by an earlier version of this script, whose "
-                             "numpy arrays cannot be loaded without unpickling; restart the run") from None
-        if unsafe:
-            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
-                             "could run code when loaded; only tensors and plain data are accepted") from None
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
-    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
-        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
-    if checkpoint.get("algo", SCRIPT) != SCRIPT:  # (checkpoints written before "algo" was stored have none)
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {SCRIPT}.py")
-    return checkpoint
-
-
-def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
-    """Parse and validate the flags; exit 2 with one line on stderr on bad input, before anything is created.
-
-    With --resume, a flag not on the command line comes from the checkpoint. A run-control flag that is given
-    (RUN_CONTROL_FLAGS) overrides the checkpoint's; another flag that is given is ignored with a warning, since it
-    would change the algorithm mid-run. A new run never reuses a run directory that holds a checkpoint or results."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = tyro.cli(Args, args=argv)
-    checkpoint = None
-    try:
-        if args.resume is not None:
-            checkpoint = load_checkpoint(args.resume)
-            cli, given = asdict(args), flags_given(argv)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in cli}
-            ignored = [f"{flag_of(k)} {cli[k]} (checkpoint: {v})" for k, v in saved.items()
-                       if k in given and k not in RUN_CONTROL_FLAGS and cli[k] != v]
-            if ignored:
-                print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
-                      file=sys.stderr)
-            args = Args(**{**cli, **{k: v for k, v in saved.items() if k not in given or k not in RUN_CONTROL_FLAGS}})
-            args.run_name = checkpoint["run_name"]
-        validate_args(args)
-        if checkpoint is None:
-            args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-            run_dir = os.path.join(args.output_dir, args.run_name)
-            for name in ("checkpoint.pt", "eval_results.json"):
-                if os.path.exists(os.path.join(run_dir, name)):
-                    raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
-                                     f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    return args, checkpoint
-
-
-def start_run(args, checkpoint):
-    """Create the run directory, seed every RNG, start wandb with --track; returns (run_dir, device)."""
-    run_dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
-               else os.path.join(args.output_dir, args.run_name))
-    os.makedirs(run_dir, exist_ok=True)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=run_dir)
-    return run_dir, torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-
-def open_writer(run_dir, args, checkpoint, global_step) -> SummaryWriter:
-    """On resume, drop events logged after the checkpoint (the checkpoint's own step was logged before it); a new
-    run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-    if checkpoint is None:
-        writer.add_text("hyperparameters",
-                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    return writer
-
-
-def catch_stop_signals(unit: str) -> list:
-    """SIGTERM/SIGINT put their number in the returned list; the loop checks it, checkpoints and exits at the end
-    of the current `unit` of work, so that nothing is lost. A second signal stops at once."""
-    stop_signal = []
-
-    def on_signal(signum, frame):
-        if stop_signal:
-            raise KeyboardInterrupt
-        stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this {unit}", flush=True)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop_signal
-
-
-def release_stop_signals():
-    """After training (checkpointed), a signal during evaluation simply ends the process."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-@contextmanager
-def timed(perf: dict, phase: str):
-    """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags). A block left
-    by an exception adds nothing: a failing step is not part of the measured time."""
-    start = time.perf_counter()
-    yield
-    perf[phase] += time.perf_counter() - start
-
-
-def crossed(every: int, before: int, after: int) -> bool:
-    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
-    return every > 0 and after // every > before // every
-
-
-def log_scalars(writer, step: int, scalars: dict, perf: Optional[dict] = None, device=None) -> None:
-    """One event per tag; with perf, also every phase's cumulative seconds, and with a CUDA device its peak memory
-    (logged with the phase sums each iteration, so that a run stopped by a signal reports them too)."""
-    scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in (perf or {}).items()}}
-    if device is not None and device.type == "cuda":
-        scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
-    for tag, value in scalars.items():
-        writer.add_scalar(tag, value, step)
-
-
-def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
-    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
-    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
-            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
-
-
-def checkpoint_state(args, device, **state) -> dict:
-    """A checkpoint: the script's own state plus every RNG, the flags, the run name and the script's name."""
-    return {**state, "rng": rng_state(device), "args": vars(args), "run_name": args.run_name, "algo": SCRIPT}
-
-
-def save_and_exit(save_checkpoint, writer, path: str, code: int, message: str):
-    """Write the checkpoint to `path`, say why (a signal's stop on stdout, an error on stderr), close the event
-    file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
-    save_checkpoint(path)
-    print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
-    writer.close()
-    sys.exit(code)
-
-
-def finish_run(run_dir, args, writer, global_step: int, train_seconds: float, summary: dict) -> None:
-    """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
-    if summary["episodes"]:
-        writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-        print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-              f"({summary['capped']} hit the step cap)")
-    atomic_write_json(os.path.join(run_dir, "eval_results.json"), {
-        "algo": SCRIPT, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
-        "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": train_seconds,
-        "eval": summary, "args": vars(args)})
-    writer.close()
-    if args.track:
-        import wandb
-
-        wandb.finish()
-
-
 if __name__ == "__main__":
     args, checkpoint = parse_args()
-    run_dir, device = start_run(args, checkpoint)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "update", "adapt"))
+    device = run.device
 
     envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
     q_network = QNetwork(envs.action_space.n, args.network).to(device)
@@ -807,36 +508,26 @@ if __name__ == "__main__":
     # Fixed-batch mode (--no-adapt) is the same loop with L_min = L_max = --num-steps and no estimates.
     L_min, L_max = (args.num_steps_min, args.num_steps_max) if args.adapt else (args.num_steps, args.num_steps)
     scheduler = GNSScheduler(L_min, L_max, E, args.gns_start_steps if args.adapt and args.gns_start_steps else None)
-    buf = allocate_storage(L_max, E, envs.observation_space.shape, device)  # buf[name][t]: step t of the rollout
-    storage_bytes = sum(b.numel() * b.element_size() for b in buf.values())
+    rollout = Rollout.allocate(L_max, E, envs.observation_space.shape, device)  # rollout.obs[t]: step t
 
-    global_step, iteration, train_seconds = 0, 0, 0.0
-    # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-    perf = {"env": 0.0, "inference": 0.0, "update": 0.0, "adapt": 0.0}
+    global_step, iteration = 0, 0
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        global_step, iteration, train_seconds = (
-            checkpoint["global_step"], checkpoint["iteration"], checkpoint["train_seconds"])
-        perf.update(checkpoint.get("perf", {}))
-        set_rng_state(checkpoint["rng"], device)
-        print(f"resumed {checkpoint_path} at global_step {global_step} (environments restart from a reset)")
-    writer = open_writer(run_dir, args, checkpoint, global_step)
-    writer.add_scalar("perf/storage_bytes", storage_bytes, global_step)
-    print(f"run {run_dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
+        global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset)")
+    run.begin(global_step)
+    run.log(global_step, {"perf/storage_bytes": rollout.nbytes})
+    print(f"run {run.dir} on {device}; rollout storage {rollout.nbytes / 2**20:.1f} MiB at L_max={L_max}")
 
-    def save_checkpoint(path=checkpoint_path):
-        atomic_torch_save(path, checkpoint_state(
-            args, device, q_network=q_network.state_dict(), optimizer=optimizer.state_dict(),
-            scheduler=scheduler.state_dict(), global_step=global_step, iteration=iteration,
-            train_seconds=train_seconds, perf=dict(perf)))
+    def state():  # what a checkpoint holds besides what the Run adds (RNGs, flags, timings)
+        return {"q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "global_step": global_step, "iteration": iteration}
 
-    stop_signal = catch_stop_signals("iteration")
     next_obs = torch.from_numpy(envs.reset()[0]).to(device)
     prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
     ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
-    start_time, start_step, last_print = time.time(), global_step, 0.0
     while global_step < args.total_timesteps:
         L = scheduler.num_steps
         epochs = gns_update_epochs(L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs)
@@ -845,94 +536,76 @@ if __name__ == "__main__":
             group["lr"] = learning_rate
         measure = args.adapt and gns_estimates_in(iteration, args.gns_freq, args.gns_timing)
         for step in range(L):
-            with timed(perf, "inference"):
+            with run.timed("inference"):
                 epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
                                           global_step)
-                buf["obs"][step] = next_obs
-                buf["valid"][step] = 1.0 - prev_end
+                rollout.obs[step] = next_obs
+                rollout.valid[step] = 1.0 - prev_end
                 with torch.no_grad(), autocast(device, args.bf16):
                     q_values = q_forward(next_obs).float()
-                action, buf["values"][step] = select_actions(q_values, epsilon)
-                buf["actions"][step] = action
+                action, rollout.values[step] = select_actions(q_values, epsilon)
+                rollout.actions[step] = action
                 action_np = action.cpu().numpy()
-            with timed(perf, "env"):
+            with run.timed("env"):
                 obs, reward, term, trunc, info = envs.step(action_np)
             next_obs = torch.from_numpy(obs).to(device)
-            buf["rewards"][step] = torch.from_numpy(reward).to(device)
-            buf["terminals"][step] = torch.from_numpy(term).to(device)
-            buf["ends"][step] = torch.from_numpy(term | trunc).to(device)
-            prev_end = buf["ends"][step].clone()
+            rollout.rewards[step] = torch.from_numpy(reward).to(device)
+            rollout.terminals[step] = torch.from_numpy(term).to(device)
+            rollout.ends[step] = torch.from_numpy(term | trunc).to(device)
+            prev_end = rollout.ends[step].clone()
             global_step += E
             # Episode statistics of whole games (not lives), unclipped, vectorised over the envs.
             ep_return += info["reward"]
             game_over = info["terminated"].astype(bool) | trunc
             if game_over.any():
-                log_finished_games(writer, ep_return[game_over], info["elapsed_step"][game_over], global_step)
+                run.log_games(ep_return[game_over], info["elapsed_step"][game_over], global_step)
                 recent_returns.extend(ep_return[game_over].tolist())
                 ep_return[game_over] = 0.0
 
-        with timed(perf, "update"):
+        with run.timed("update"):
             with torch.no_grad():
                 with autocast(device, args.bf16):
                     last_value = q_forward(next_obs).float().max(dim=1).values
-                next_values = torch.cat([buf["values"][1:L], last_value.unsqueeze(0)])
-                returns = q_lambda_returns(buf["rewards"][:L], next_values, buf["terminals"][:L], buf["ends"][:L],
+                next_values = torch.cat([rollout.values[1:L], last_value.unsqueeze(0)])
+                returns = q_lambda_returns(rollout.rewards[:L], next_values, rollout.terminals[:L], rollout.ends[:L],
                                            args.gamma, args.q_lambda)
-            b_obs = buf["obs"][:L].reshape((L * E,) + buf["obs"].shape[2:])
+            b_obs = rollout.obs[:L].reshape((L * E,) + rollout.obs.shape[2:])
             try:
                 td_loss, mean_q, estimate, gns_seconds = learn_with_gns(
-                    q_network, optimizer, b_obs, buf["actions"][:L].reshape(-1), returns.reshape(-1),
-                    buf["valid"][:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward,
+                    q_network, optimizer, b_obs, rollout.actions[:L].reshape(-1), returns.reshape(-1),
+                    rollout.valid[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward,
                     args.bf16, measure, args.gns_timing, args.gns_micro_batches, args.gns_micro_batching)
-            except NonFiniteLoss as e:
-                train_seconds += time.time() - start_time  # up to now, like the perf sums
-                failed_path = os.path.join(run_dir, "checkpoint_nonfinite.pt")  # checkpoint.pt stays the last good
-                save_and_exit(save_checkpoint, writer, failed_path, 3,
-                              f"error: {e} at global_step {global_step}; state before that step saved to "
-                              f"{failed_path}. Start again with a lower --learning-rate.")
+            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+                run.fail(global_step, e, state)
 
-        perf["update"] -= gns_seconds  # the estimate ran inside learn_with_gns; its time counts as adapt
+        run.perf["update"] -= gns_seconds  # the estimate ran inside learn_with_gns; its time counts as adapt
         if estimate is not None:
             tr_S, G2, b_simple = estimate
             new_L = scheduler.update(tr_S, G2)
-            perf["adapt"] += gns_seconds  # this estimate alone in adapt/gns_seconds; perf/adapt_seconds sums them
-            log_scalars(writer, global_step, {
+            run.perf["adapt"] += gns_seconds  # this estimate alone in adapt/gns_seconds; perf/adapt_seconds sums them
+            run.log(global_step, {
                 "adapt/gns": b_simple, "adapt/gns_noise": tr_S, "adapt/gns_signal": G2, "adapt/num_steps": new_L,
                 "adapt/batch_size": new_L * E, "adapt/update_epochs": gns_update_epochs(
                     new_L, args.update_epochs, args.epochs_ref_steps, args.gns_fixed_epochs),
                 "adapt/gns_seconds": gns_seconds, "adapt/gns_undefined": scheduler.num_undefined})
         iteration += 1
 
-        now = time.time()
-        sps = int((global_step - start_step) / max(now - start_time, 1e-9))
-        log_scalars(writer, global_step, {
-            "charts/SPS": sps, "charts/epsilon": epsilon, "charts/learning_rate": learning_rate,
-            "losses/td_loss": td_loss, "losses/q_values": mean_q}, perf, device)
-        if now - last_print >= args.log_every_seconds or global_step >= args.total_timesteps:
-            last_print = now
-            print(progress_line(global_step, args.total_timesteps, sps, f"L {scheduler.num_steps} | B_simple "
-                                f"{scheduler.b_simple:.0f} | eps {epsilon:.3f}", recent_returns), flush=True)
-
-        if stop_signal:
-            train_seconds += now - start_time
-            save_and_exit(save_checkpoint, writer, checkpoint_path, 128 + stop_signal[0],
-                          f"stopped by signal {stop_signal[0]} at global_step {global_step}; "
-                          f"resume with --resume {checkpoint_path}")
-        if crossed(args.checkpoint_every, global_step - L * E, global_step) or global_step >= args.total_timesteps:
-            train_seconds, start_time, start_step = train_seconds + now - start_time, now, global_step
-            writer.flush()  # the events up to the checkpoint survive a hard kill (a resume purges the later ones)
-            save_checkpoint()
+        sps = run.sps(global_step)
+        run.log(global_step, {"charts/SPS": sps, "charts/epsilon": epsilon, "charts/learning_rate": learning_rate,
+                              "losses/td_loss": td_loss, "losses/q_values": mean_q}, perf=True)
+        gns_field = f" | B_simple {scheduler.b_simple:.0f}" if scheduler.num_estimates else ""  # once one exists
+        run.progress(global_step, sps, f"L {scheduler.num_steps}{gns_field} | eps {epsilon:.3f}", recent_returns)
+        run.checkpoint(global_step, L * E, state)  # and on SIGTERM/SIGINT: checkpoint, exit 128 + n
     envs.close()
-    train_seconds += time.time() - start_time
+    run.end_training()
 
-    release_stop_signals()
     if args.save_model:
-        atomic_torch_save(os.path.join(run_dir, "model.pt"), {"q_network": q_network.state_dict(), "args": vars(args)})
-    returns, lengths, capped = ([], [], 0)
+        run.save_model({"q_network": q_network.state_dict()})
+    returns, lengths, capped = [], [], 0
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
                                             args.bf16)
-    finish_run(run_dir, args, writer, global_step, train_seconds, summarize_eval(returns, lengths, capped))
+    run.finish(global_step, returns, lengths, capped)

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -358,7 +357,7 @@ def test_default_timing_estimates_before_the_update():
     (["--gns-start-steps", "80"], "--gns-start-steps"),
     (["--gns-start-steps", "8"], "--gns-start-steps"),
 ])
-def test_validate_args_rejects(flags, needle, capsys):
+def test_parse_args_rejects(flags, needle, capsys):
     with pytest.raises(SystemExit) as e:
         gns.parse_args(flags)
     assert e.value.code == 2
@@ -367,11 +366,12 @@ def test_validate_args_rejects(flags, needle, capsys):
 
 
 @pytest.mark.parametrize("flag", ["--window", "--ema-beta", "--divergence-low", "--divergence-high", "--schedule",
-                                  "--ref-batch-size", "--adapt-freq"])
+                                  "--ref-batch-size", "--adapt-freq", "--burn-in"])
 def test_abs_only_flags_are_gone(flag, capsys):
     with pytest.raises(SystemExit) as e:
         gns.parse_args([flag, "1"])
-    assert e.value.code == 2 and f"Unrecognized options: {flag}" in capsys.readouterr().err  # tyro: unknown flag
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"Unrecognized options: {flag}" in err[0]  # tyro: unknown flag
     with pytest.raises(SystemExit):
         gns.parse_args(["--track-divergence"])
     assert "Unrecognized options: --track-divergence" in capsys.readouterr().err
@@ -395,18 +395,20 @@ def test_shared_flags_and_code_are_abs_pqn_atari_s():
     shared = {k: v for k, v in vars(g).items() if not k.startswith("gns_") and k != "exp_name"}
     assert shared == {k: vars(a)[k] for k in shared}  # every remaining flag, same default
     assert set(vars(a)) - set(vars(g)) == {"adapt_freq", "window", "ema_beta", "divergence_low", "divergence_high",
-                                           "ref_batch_size", "schedule", "track_divergence"}
+                                           "ref_batch_size", "schedule", "track_divergence", "burn_in"}
     assert gns.RUN_CONTROL_FLAGS == abs_pqn.RUN_CONTROL_FLAGS and gns.NETWORKS == abs_pqn.NETWORKS
+    assert gns.CHECKPOINT_STATE == abs_pqn.CHECKPOINT_STATE  # the same checkpoint keys
     for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "learning_rate_at", "linear_schedule", "nature_cnn",
-                 "ResidualBlock", "QNetwork", "autocast", "select_actions", "allocate_storage", "pqn_update", "make_envs",
-                 "evaluate", "summarize_eval", "atomic_write_json", "atomic_torch_save", "rng_state",
-                 "set_rng_state", "parse_args"]:
+                 "ResidualBlock", "QNetwork", "autocast", "select_actions", "Rollout", "pqn_update",
+                 "make_envs", "is_atari", "evaluate", "parse_args"]:
         assert inspect.getsource(getattr(gns, name)) == inspect.getsource(getattr(abs_pqn, name)), name
 
 
 @pytest.mark.parametrize("flags, needle", [
     (["--gns-micro-batches", "1"], "--gns-micro-batches"),
     (["--num-envs", "12"], "--gns-micro-batches"),
+    # tyro's own error, on a UTF-8 pipe (drawn as a box there; under pytest's capture it is plain text)
+    (["--gns-timing", "during"], "invalid choice 'during' for argument '--gns-timing'"),
 ])
 def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
     out = tmp_path / "out"
@@ -627,16 +629,6 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(arg
     assert os.listdir(tmp_path) == []
 
 
-def test_flags_given_reads_every_spelling_tyro_accepts():
-    argv = ["--total-timesteps", "5", "--eval_episodes=3", "--no-adapt", "--no_bf16", "--seed=2",
-            "--output-dir", "o", "--cuda"]
-    args = tyro.cli(gns.Args, args=argv)  # tyro takes all of these spellings
-    assert (args.total_timesteps, args.eval_episodes, args.adapt, args.seed, args.output_dir) == (5, 3, False, 2, "o")
-    assert gns.flags_given(argv) == {"total_timesteps", "eval_episodes", "adapt", "bf16", "seed",
-                                     "output_dir", "cuda"}
-    assert gns.flags_given(["--not-a-flag", "--no-such", "5"]) == set()
-
-
 def files_of(run_dir):
     return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
@@ -679,29 +671,6 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     assert files_of(tmp_path / "once") == before
 
 
-class PickleBomb:
-    """Unpickling it creates a directory: the side effect a malicious checkpoint could have."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (os.mkdir, (self.path,))
-
-
-def test_checkpoint_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
-    marker, evil = tmp_path / "side_effect", tmp_path / "evil" / "checkpoint.pt"
-    evil.parent.mkdir()
-    torch.save({"args": {}, "run_name": "evil", "payload": PickleBomb(str(marker))}, evil)
-    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(evil)], capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path, env=ENV)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --resume: refused"), p.stderr
-    assert not marker.exists() and os.listdir(evil.parent) == ["checkpoint.pt"]
-    torch.load(evil, weights_only=False)  # the file does what it claims when loaded unsafely
-    assert marker.is_dir()
-
-
 def test_checkpoint_of_another_script_is_refused(tmp_path, capsys):
     ckpt = tmp_path / "checkpoint.pt"
     torch.save({"algo": "abs_pqn_atari", "args": {}, "run_name": "r"}, ckpt)  # what abs_pqn_atari.py stores
@@ -710,5 +679,14 @@ def test_checkpoint_of_another_script_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and err == [f"error: --resume: {str(ckpt)!r} is a checkpoint of abs_pqn_atari.py, "
                                          "not of gns_pqn_atari.py"]
-    torch.save({"algo": "gns_pqn_atari", "args": {"seed": 7}, "run_name": "r"}, ckpt)
+    # This script's keys (CHECKPOINT_STATE, besides the Run's) are what a resume checks before using them.
+    mine = {"algo": "gns_pqn_atari", "args": {"seed": 7}, "run_name": "r", "global_step": 0, "train_seconds": 0.0,
+            "perf": {}, "rng": {}, "q_network": {}, "optimizer": {}, "scheduler": {}, "iteration": 0}
+    torch.save(mine, ckpt)
     assert gns.parse_args(["--resume", str(ckpt)])[0].seed == 7
+    capsys.readouterr()
+    torch.save({k: v for k, v in mine.items() if k != "scheduler"}, ckpt)
+    with pytest.raises(SystemExit) as e:
+        gns.parse_args(["--resume", str(ckpt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "no valid 'scheduler'" in err[0], err
