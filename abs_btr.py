@@ -190,12 +190,15 @@ class Args:
 
 
 FRAME_STACK = 4
-# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
+# --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
+# script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
     "scalar_every", "bf16",
 )
+CHECKPOINT_STATE = {"q_network": dict, "target_network": dict, "optimizer": dict, "scheduler": dict,
+                    "grad_steps": int}
 
 
 # ================================================================ the paper's method: the ABS schedule (pure math)
@@ -466,8 +469,7 @@ class ReplayBuffer:
 
 
 def per_beta_at(global_step: int, args: Args) -> float:
-    """The importance-sampling exponent: --per-beta until learning starts, then linearly to 1 at the end of training
-    (0 with --no-per, whose uniform sample needs no correction)."""
+    """The IS exponent: --per-beta until learning starts, then linear to 1 at the end (0 with --no-per: uniform)."""
     frac = (global_step - args.learning_starts) / max(args.total_timesteps - args.learning_starts, 1)
     return args.per_beta + (1.0 - args.per_beta) * min(max(frac, 0.0), 1.0) if args.per else 0.0
 
@@ -765,7 +767,7 @@ def flag_problems(a: Args):
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
-    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, argv)
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, CHECKPOINT_STATE, argv)
 
 
 @torch.no_grad()

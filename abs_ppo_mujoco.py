@@ -138,9 +138,11 @@ class Args:
     """deterministic (mean action) evaluation episodes after training, observation statistics frozen"""
 
 
-# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
+# --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
+# script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
                      "torch_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes")
+CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "normalization": dict, "iteration": int}
 
 
 # ================================================================ the paper's method: the ABS schedule (pure math)
@@ -308,8 +310,7 @@ def gae(rewards, values, dones, last_value, gamma, gae_lambda):
 
 
 def learning_rate_at(learning_rate: float, global_step: int, total_timesteps: int, anneal: bool) -> float:
-    """The rate of an iteration that starts at global_step: constant, or with anneal linearly to 0 by the
-    fraction of environment steps done (iterations vary in length)."""
+    """Constant, or with anneal linear to 0 in the fraction of environment steps done (iterations vary in length)."""
     return learning_rate * (1.0 - global_step / total_timesteps if anneal else 1.0)
 
 
@@ -438,7 +439,7 @@ def flag_problems(a: Args):
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
-    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, argv)
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, CHECKPOINT_STATE, argv)
 
 
 # Checkpoint state of the shared observation and reward normalisation: gymnasium keeps it in numpy arrays, which
@@ -450,7 +451,7 @@ def rms_state(rms):
 
 
 def set_rms_state(rms, state):
-    rms.mean, rms.var, rms.count = np.array(state["mean"], np.float64), np.array(state["var"], np.float64), \
+    rms.mean, rms.var, rms.count = state["mean"].numpy().astype(np.float64), state["var"].numpy().astype(np.float64), \
         float(state["count"])
 
 
@@ -467,7 +468,7 @@ def set_normalization_state(envs, state):
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms, state["obs_rms"])
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms, state["return_rms"])
     for env, accumulator in zip(envs.envs, state["discounted_reward"]):
-        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = np.array(accumulator, np.float64)
+        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = accumulator.numpy().astype(np.float64)
 
 
 @torch.no_grad()
@@ -581,8 +582,7 @@ if __name__ == "__main__":
             except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
                 run.fail(global_step, e, state)
             var_y = b_returns.var(unbiased=False).item()
-            explained_var = (float("nan") if var_y == 0
-                             else 1.0 - (b_returns - b_values).var(unbiased=False).item() / var_y)
+            explained_var = float("nan") if var_y == 0 else 1 - (b_returns - b_values).var(correction=0).item() / var_y
 
         if measure:
             with run.timed("adapt"):

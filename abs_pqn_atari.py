@@ -142,12 +142,14 @@ class NetworkConfig(NamedTuple):
 NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
             "pqn-l": NetworkConfig(channels=(64, 128, 128), residual_blocks=5),
             "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
-# Flags that a --resume may change by giving them; every flag not given, and any other, comes from the checkpoint.
+# --resume takes every flag from the checkpoint but these run-control ones, when given.
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
     "bf16", "compile",
 )
+# The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
+CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
 
 
 # ================================================================ the paper's method: ABS schedule and divergence
@@ -402,7 +404,7 @@ def flag_problems(a: Args):
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     """The flags (with --resume, the checkpoint's for every flag not given); exit 2 with one line on bad input."""
-    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, argv)
+    return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, CHECKPOINT_STATE, argv)
 
 
 @torch.no_grad()

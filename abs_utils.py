@@ -1,26 +1,21 @@
-"""The run machinery of the ABS scripts, written once: not the algorithm, which each script holds top to bottom.
+"""The run machinery of the ABS scripts, written once; each script holds its algorithm top to bottom.
 
-Flag checking and parsing (one-line errors, exit 2, before anything is created), resume from a weights-only
-checkpoint, RNG state, atomic writers, and a small `Run` that carries the run directory, device, TensorBoard
-writer, per-phase clocks and the stop signal through the training loop (docs/CONVENTIONS.md has the contract):
+Flag checks and parsing (one line on stderr and exit 2 for bad input, before anything is created), resume from a
+weights-only checkpoint, RNG state, atomic writers, and a `Run` that carries the run directory (locked while the run
+lives), device, TensorBoard writer, per-phase timings and stop signals through the loop:
 
-    args, checkpoint = U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS)
+    args, checkpoint = U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, {"q_network": dict, ...})
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))  # run directory, seeds, device, wandb
-    ...  # build the algorithm's objects; load them from `checkpoint` on --resume
-    run.begin(global_step)  # RNG, clocks and timings from the checkpoint; writer; SIGTERM/SIGINT caught
-    while global_step < args.total_timesteps:
-        with run.timed("env"): ...
-        run.log(global_step, {"losses/loss": loss}, perf=True)
-        run.progress(global_step, f"L {L}", recent_returns)
-        run.checkpoint(global_step, steps, state)  # periodic, final, and on a stop signal (then exit 128 + n)
-    run.end_training()
-    run.finish(global_step, returns, lengths, capped)  # eval/mean_return, eval_results.json
+    run.begin(global_step)  # after loading the script's state from `checkpoint`; writer, signals, clocks
+    ...  # the loop: run.timed(phase), run.log, run.progress, run.checkpoint(global_step, steps, state)
+    run.end_training(); run.finish(global_step, returns, lengths, capped)  # eval_results.json
 
-A script copied to another folder takes this file along.
+docs/CONVENTIONS.md has the contract. A script copied to another folder takes this file along.
 """
 import contextlib
 import dataclasses
-import importlib
+import fcntl
+import importlib.util
 import io
 import itertools
 import json
@@ -31,6 +26,7 @@ import shutil
 import signal
 import sys
 import time
+import typing
 from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -55,27 +51,18 @@ def in_domain(args, domain: str, *names: str) -> Iterator[tuple[bool, str]]:
         yield DOMAINS[domain](value), f"{flag_of(name)} must be {domain}, got {value!r}"
 
 
-def importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-        return True
-    except Exception:
-        return False
-
-
-def has_cxx() -> bool:
-    """A C++ compiler for torch.compile's kernels is on PATH."""
+def has_cxx() -> bool:  # for torch.compile's kernels
     return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
 
 
 def common_problems(args) -> Iterator[tuple[bool, str]]:
-    """The rows every script checks first: the seed, the run name, --track, and the run-control numbers."""
+    """The rows every script checks first: the seed, the run name, --track."""
     # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
     yield 0 <= args.seed < 2**31 - 10_000, f"--seed must be in [0, 2^31 - 10000), got {args.seed!r}"
     name = args.run_name
     yield (name is None or (name not in ("", ".", "..") and os.path.basename(name) == name),
            f"--run-name must be a single path component (no '/', not '.' or '..'), got {name!r}")
-    yield (not args.track or importable("wandb"),
+    yield (not args.track or sys.modules.get("wandb", 0) is not None and importlib.util.find_spec("wandb") is not None,
            "--track needs the wandb package, which cannot be imported (pip install wandb)")
 
 
@@ -111,16 +98,14 @@ def tyro_cli(cls, argv, default=None):
 
 # ================================================================ checkpoints and resume
 def atomic_write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    with open(f"{path}.tmp", "w") as f:
         json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    os.replace(f"{path}.tmp", path)
 
 
 def atomic_torch_save(path, obj):
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    torch.save(obj, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
 
 
 def rng_state(device):
@@ -164,24 +149,49 @@ def load_checkpoint(path: str, script: str) -> dict:
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
     if checkpoint.get("algo") != script:
-        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint.get('algo')}.py, not of {script}.py")
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py"
+                         if isinstance(checkpoint.get("algo"), str) else
+                         f"--resume: {path!r} is not a checkpoint of this script (no algo)")
     return checkpoint
 
 
-def parse_args(cls, script: str, problems, run_control_flags, argv=None):
-    """Parse and check the flags into `cls` (the script's Args); exit 2 with one line on stderr on bad input, before
-    anything is created. Returns (args, checkpoint or None).
+def is_a(value, hint) -> bool:
+    """`value` fits the flag type `hint`: int, float, bool, str, Optional[...] or Literal[...]."""
+    origin, options = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return value in options
+    if origin is typing.Union:
+        return any(is_a(value, h) for h in options)
+    return (not isinstance(value, bool) or hint is bool) and isinstance(value, (int, float) if hint is float else hint)
 
-    With --resume, a flag not on the command line comes from the checkpoint (the command line is parsed again with
-    the checkpoint's flags as defaults). A run-control flag that is given overrides the checkpoint's; another flag
-    that is given is ignored with a warning, since it would change the algorithm mid-run. A new run never reuses a
-    run directory that holds a checkpoint or results."""
+
+RUN_STATE = {"global_step": int, "train_seconds": (int, float), "perf": dict, "rng": dict}
+
+
+def check_checkpoint(path: str, checkpoint: dict, cls, state: dict) -> None:
+    """Before any of it is used: the keys a resume reads (`state`: the script's own) and every flag have their types."""
+    for key, kind in {**RUN_STATE, **state}.items():
+        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
+            raise ValueError(f"--resume: {path!r} has no valid {key!r} ({type(checkpoint.get(key)).__name__}); "
+                             "it is damaged or not a checkpoint of this script")
+    hints = typing.get_type_hints(cls)
+    for name, value in checkpoint["args"].items():
+        if name in hints and not is_a(value, hints[name]):
+            raise ValueError(f"--resume: {path!r} holds {flag_of(name)} = {value!r}, which is not a "
+                             f"{getattr(hints[name], '__name__', hints[name])}")
+
+
+def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=None):
+    """(args, checkpoint or None), or exit 2 with one line. With --resume, the command line is parsed again with the
+    checkpoint's flags as defaults: a given run-control flag wins, another given flag is ignored with a warning (it
+    would change the algorithm mid-run). A new run gets a free, writable run directory of its own."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = tyro_cli(cls, argv)
     checkpoint = None
     try:
         if args.resume is not None:
             checkpoint = load_checkpoint(args.resume, script)
+            check_checkpoint(args.resume, checkpoint, cls, state)
             saved = {k: v for k, v in checkpoint["args"].items() if k in vars(args)}
             args = tyro_cli(cls, argv, default=dataclasses.replace(args, **saved))
             ignored = [f"{flag_of(k)} {getattr(args, k)} (checkpoint: {v})" for k, v in saved.items()
@@ -192,9 +202,22 @@ def parse_args(cls, script: str, problems, run_control_flags, argv=None):
             kept = {k: v for k, v in saved.items() if k not in run_control_flags}
             args = dataclasses.replace(args, **{**kept, "run_name": checkpoint["run_name"]})
         check_flags(args, problems)
+        if checkpoint is not None and args.total_timesteps < checkpoint["global_step"]:
+            raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
+                             f"({checkpoint['global_step']}): give at least that many to --resume")
         if checkpoint is None:
+            flag = "--run-name" if args.run_name else "--exp-name"
             args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            if "/" in args.run_name or "\0" in args.run_name or len(os.fsencode(args.run_name)) > 255:
+                raise ValueError(f"{flag} must make a run name that is one path component of at most 255 bytes "
+                                 f"(no '/'), got {args.run_name!r}")
             run_dir = os.path.join(args.output_dir, args.run_name)
+            place = run_dir  # the run directory, or the nearest folder above it that exists, must be a folder
+            while not os.path.exists(place) and os.path.dirname(place) != place:
+                place = os.path.dirname(place) or "."
+            if not os.path.isdir(place) or not os.access(place, os.W_OK | os.X_OK):
+                raise ValueError(f"{'--run-name' if place == run_dir else '--output-dir'}: {place} is "
+                                 f"{'not a directory' if not os.path.isdir(place) else 'not writable'}")
             for name in ("checkpoint.pt", "eval_results.json"):
                 if os.path.exists(os.path.join(run_dir, name)):
                     raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
@@ -205,7 +228,6 @@ def parse_args(cls, script: str, problems, run_control_flags, argv=None):
     return args, checkpoint
 
 
-# ================================================================ evaluation records
 def summarize_eval(returns, lengths, capped) -> dict:
     r = np.asarray(returns, dtype=np.float64)
     stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
@@ -222,51 +244,52 @@ def crossed(every: int, before: int, after: int) -> bool:
 def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
     eta = max(total_timesteps - global_step, 0) / max(sps, 1)
     ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+    minutes, seconds = divmod(int(eta), 60)
     return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
-            f"| ETA {int(eta // 3600)}:{time.strftime('%M:%S', time.gmtime(eta))}")
+            f"| ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}")
 
 
-# ================================================================ the run
+# ================================================================ the run and its records
 class NonFiniteLoss(RuntimeError):
     """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
 
 
 class Run:
-    """One training run: its directory, device, writer, clocks, per-phase timings and stop signal.
-
-    The script's own state (networks, optimizer, scheduler, counters) comes from `checkpoint` in the script and goes
-    back into checkpoints through the `state` function given to checkpoint() and fail(); the Run adds the RNG state,
-    the flags, the run name, the script's name, train_seconds and the perf sums."""
+    """One training run. The script loads its own state from `checkpoint` and hands it back to checkpoint() and fail()
+    as a `state` function; the Run adds the RNGs, flags, run name, script name, train_seconds and perf sums."""
 
     def __init__(self, args, checkpoint: Optional[dict], script: str, phases: tuple, unit: str = "iteration"):
         self.args, self.script, self.unit, self.resumed_from = args, script, unit, checkpoint
         self.dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                     else os.path.join(args.output_dir, args.run_name))
         self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
-        os.makedirs(self.dir, exist_ok=True)
+        try:  # one live run per directory: the OS drops the lock when the process ends, however it ends
+            os.makedirs(self.dir, exist_ok=True)
+            self.lock = open(os.path.join(self.dir, ".lock"), "a")
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            print(f"error: {'--resume' if checkpoint is not None else '--run-name'}: {self.dir} " + (
+                "is in use by another live run" if isinstance(e, BlockingIOError) else f"cannot be written "
+                f"({e.strerror})"), file=sys.stderr)
+            sys.exit(2)
         random.seed(args.seed)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
         torch.backends.cudnn.deterministic = args.torch_deterministic
-        if args.track:
+        if args.track:  # wandb is imported only then
             import wandb
-
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                        config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=self.dir)
         self.device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-        # Cumulative seconds per phase (perf/* tags), carried across resumes like train_seconds.
-        self.perf = dict.fromkeys(phases, 0.0)
-        self.train_seconds = 0.0
-        self.stop_signal: list = []
+        self.perf, self.train_seconds, self.stop_signal = dict.fromkeys(phases, 0.0), 0.0, []  # carried across resumes
 
     def begin(self, global_step: int) -> None:
-        """Restore the RNGs, timings and train_seconds of a resumed run, open the event file and catch SIGTERM/SIGINT.
-        On resume the writer drops the events logged after the checkpoint (its own step was logged before it); a new
-        run in a directory left with only event files (stopped before its first checkpoint) hides their events."""
+        """Restore a resumed run's RNGs and timings, open the event file (dropping the events logged after the
+        checkpoint, or on a new run all earlier ones) and catch SIGTERM/SIGINT."""
         checkpoint = self.resumed_from
         if checkpoint is not None:
             self.train_seconds = checkpoint["train_seconds"]
-            self.perf.update(checkpoint.get("perf", {}))
+            self.perf.update(checkpoint["perf"])
             set_rng_state(checkpoint["rng"], self.device)
         self.writer = SummaryWriter(self.dir, purge_step=global_step + 1 if checkpoint is not None else 0)
         if checkpoint is None:
@@ -278,23 +301,21 @@ class Run:
 
     def _on_signal(self, signum, frame):
         """The loop checks the signal, checkpoints and exits at the end of the current unit of work, so that nothing
-        is lost. A second signal stops at once."""
-        if self.stop_signal:
-            raise KeyboardInterrupt
+        is lost; more signals (Slurm, Ctrl-C twice) change nothing, even during the write. SIGKILL stops at once."""
         self.stop_signal.append(signum)
-        print(f"signal {signum}: checkpointing at the end of this {self.unit}", flush=True)
+        print(f"signal {signum}: checkpointing at the end of this {self.unit}" if len(self.stop_signal) == 1 else
+              f"signal {signum}: already stopping (SIGKILL stops at once, losing the work since the last checkpoint)",
+              flush=True)
 
     @contextlib.contextmanager
     def timed(self, phase: str):
-        """Add the block's wall-clock seconds to perf[phase] (the cumulative perf/<phase>_seconds tags). A block left
-        by an exception adds nothing: a failing step is not part of the measured time."""
+        """Add the block's seconds to perf[phase] (perf/<phase>_seconds); a block left by an exception adds nothing."""
         start = time.perf_counter()
         yield
         self.perf[phase] += time.perf_counter() - start
 
     def log(self, step: int, scalars: dict, perf: bool = False) -> None:
-        """One event per tag; with perf, also every phase's cumulative seconds, and on a CUDA device its peak memory
-        (logged with the phase sums each iteration, so that a run stopped by a signal reports them too)."""
+        """One event per tag; with perf, also every phase's cumulative seconds and the CUDA peak memory."""
         if perf:
             scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in self.perf.items()}}
             if self.device.type == "cuda":
@@ -303,32 +324,26 @@ class Run:
             self.writer.add_scalar(tag, value, step)
 
     def log_games(self, returns, lengths, step: int) -> None:
-        """One `charts/episodic_return` and `charts/episodic_length` event per finished game, at the global step where
-        it ended (CleanRL's convention): several games may share a step, and every game weighs the same in a curve."""
+        """One charts/episodic_return and _length event per finished game at the step where it ended (CleanRL's)."""
         for episode_return, episode_length in zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()):
             self.writer.add_scalar("charts/episodic_return", episode_return, step)
             self.writer.add_scalar("charts/episodic_length", episode_length, step)
 
-    def sps(self, global_step: int) -> int:
-        """Environment steps per second since the start or the last checkpoint."""
+    def sps(self, global_step: int) -> int:  # since the start or the last checkpoint
         return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
 
-    def progress(self, global_step: int, sps: int, fields: str, recent_returns) -> None:
-        """Print the progress line at most once per --log-every-seconds, and at the end."""
+    def progress(self, global_step: int, sps: int, fields: str, recent_returns) -> None:  # per --log-every-seconds
         now = time.time()
         if now - self.last_print >= self.args.log_every_seconds or global_step >= self.args.total_timesteps:
             self.last_print = now
             print(progress_line(global_step, self.args.total_timesteps, sps, fields, recent_returns), flush=True)
 
     def save(self, path: str, state: dict) -> None:
-        """A checkpoint: the script's state plus every RNG, the timings, the flags, the run name and the script."""
         atomic_torch_save(path, {**state, "train_seconds": self.train_seconds, "perf": dict(self.perf),
                                  "rng": rng_state(self.device), "args": vars(self.args),
                                  "run_name": self.args.run_name, "algo": self.script})
 
-    def _save_and_exit(self, path: str, state: dict, code: int, message: str):
-        """Say why (a signal's stop on stdout, an error on stderr) after the checkpoint is written, close the event
-        file and exit with `code` (docs/CONVENTIONS.md: 128 + signal number, or 3 for a non-finite loss)."""
+    def _save_and_exit(self, path: str, state: dict, code: int, message: str):  # exit 128 + signal number, or 3
         self.save(path, state)
         print(message, file=sys.stdout if code >= 128 else sys.stderr, flush=True)
         self.writer.close()
@@ -359,12 +374,12 @@ class Run:
                                               f"saved to {path}. Start again with a lower --learning-rate.")
 
     def end_training(self) -> None:
-        """After the last checkpoint: count the time since, and let a signal during evaluation end the process."""
+        """Count the time since the last checkpoint; from now on a signal (during evaluation) ends the process."""
         self.train_seconds += time.time() - self.start_time
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def save_model(self, obj: dict) -> None:
+    def save_model(self, obj: dict) -> None:  # model.pt
         atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args)})
 
     def finish(self, global_step: int, returns, lengths, capped: int) -> dict:
@@ -381,7 +396,5 @@ class Run:
             "eval": summary, "args": vars(args)})
         self.writer.close()
         if args.track:
-            import wandb
-
-            wandb.finish()
+            sys.modules["wandb"].finish()
         return summary

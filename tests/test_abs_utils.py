@@ -58,8 +58,11 @@ def problems(a):
     yield 64 % a.num_steps_min == 0, "--num-steps-min must divide 64"  # divides: only reached once it is >= 1
 
 
+STATE = {"iteration": int}  # the toy script's part of a checkpoint
+
+
 def parse(argv):
-    return U.parse_args(Args, SCRIPT, problems, RUN_CONTROL, argv)
+    return U.parse_args(Args, SCRIPT, problems, RUN_CONTROL, STATE, argv)
 
 
 def one_error_line(capsys):
@@ -142,7 +145,8 @@ def test_default_run_name_and_an_existing_run_directory_is_refused(tmp_path, cap
 # ------------------------------------------------------------------ resume
 def write_checkpoint(path, args, **extra):
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"args": dataclasses.asdict(args), "run_name": args.run_name, "algo": SCRIPT, **extra}, path)
+    state = {"global_step": 0, "iteration": 0, "train_seconds": 0.0, "perf": {}, "rng": U.rng_state(torch.device("cpu"))}
+    torch.save({"args": dataclasses.asdict(args), "run_name": args.run_name, "algo": SCRIPT, **state, **extra}, path)
     return str(path)
 
 
@@ -175,10 +179,9 @@ def test_resume_fills_flags_the_checkpoint_predates_with_defaults(tmp_path):
     saved = dataclasses.asdict(Args(run_name="r"))
     del saved["tag"]
     saved["removed_flag"] = 3  # a flag a later version dropped
-    path = tmp_path / "r" / "checkpoint.pt"
-    path.parent.mkdir()
-    torch.save({"args": saved, "run_name": "r", "algo": SCRIPT}, path)
-    args, _ = parse(["--resume", str(path)])
+    path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r"))
+    torch.save({**torch.load(path, weights_only=True), "args": saved}, path)
+    args, _ = parse(["--resume", path])
     assert args.tag is None and not hasattr(args, "removed_flag")
 
 
@@ -194,7 +197,8 @@ class PickleBomb:
     ("text", "is not a checkpoint of this script"),
     ({"weights": torch.zeros(2)}, "is not a checkpoint of this script (no args or run_name)"),
     ({"args": {}, "run_name": "x", "algo": "abs_btr"}, "is a checkpoint of abs_btr.py, not of toy.py"),
-    ({"args": {}, "run_name": "x"}, "is a checkpoint of None.py, not of toy.py"),
+    ({"args": {}, "run_name": "x"}, "is not a checkpoint of this script (no algo)"),
+    ({"args": {}, "run_name": "x", "algo": "toy"}, "has no valid 'global_step' (NoneType)"),
 ])
 def test_foreign_files_are_refused(tmp_path, content, needle, capsys):
     path = tmp_path / "c.pt"
@@ -287,7 +291,7 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
 def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_path):
     run = new_run(tmp_path)
     run.begin(0)
-    state = {"global_step": 0}
+    state = {"global_step": 0, "iteration": 0}
     run.checkpoint(64, 64, lambda: state)
     assert not os.path.exists(run.checkpoint_path)  # no multiple of 100 in (0, 64]
     run.perf["env"] = 1.5
@@ -299,11 +303,12 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
     ck["train_seconds"] = 42.0
     torch.save(ck, run.checkpoint_path)
     run.writer.close()
+    run.lock.close()  # the first process ended
     args, checkpoint = parse(["--resume", run.checkpoint_path, "--total-timesteps", "2000"])
     resumed = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))
     resumed.begin(checkpoint["global_step"])
     assert resumed.dir == run.dir and resumed.train_seconds == 42.0 and resumed.perf == {"env": 1.5, "update": 0.0}
-    resumed.checkpoint(2000, 64, lambda: {"global_step": 2000})  # the end is always checkpointed
+    resumed.checkpoint(2000, 64, lambda: {"global_step": 2000, "iteration": 9})  # the end is always checkpointed
     assert U.load_checkpoint(resumed.checkpoint_path, SCRIPT)["global_step"] == 2000
     resumed.writer.close()
 
@@ -311,17 +316,25 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
 def test_a_stop_signal_checkpoints_and_exits_128_plus_n(tmp_path, capsys):
     run = new_run(tmp_path, ["--checkpoint-every", "0"])
     run.begin(0)
+    def slow_state():  # two more signals arrive while the checkpoint is being written
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        return {"global_step": 64, "iteration": 1}
+
     try:
         os.kill(os.getpid(), signal.SIGTERM)  # the handler only records it
         assert run.stop_signal == [signal.SIGTERM]
         with pytest.raises(SystemExit) as e:
-            run.checkpoint(64, 64, lambda: {"global_step": 64})
+            run.checkpoint(64, 64, slow_state)
     finally:
         run.end_training()  # the default handlers again
     assert e.value.code == 128 + signal.SIGTERM
     out = capsys.readouterr().out
     assert "checkpointing at the end of this iteration" in out and "resume with --resume" in out
+    assert out.count("already stopping") == 2 and run.stop_signal[1:] == [signal.SIGINT, signal.SIGTERM]
     assert U.load_checkpoint(run.checkpoint_path, SCRIPT)["global_step"] == 64
+    assert not os.path.exists(run.checkpoint_path + ".tmp")
 
 
 def test_a_non_finite_loss_saves_the_state_before_it_and_exits_3(tmp_path, capsys):
@@ -343,11 +356,83 @@ def test_a_resumed_writer_drops_the_events_after_the_checkpoint(tmp_path):
     for step in (100, 200, 300):
         run.log(step, {"losses/x": float(step)})
     run.writer.close()
-    path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", run.args, global_step=200, train_seconds=0.0,
-                            rng=U.rng_state(torch.device("cpu")))
+    run.lock.close()  # the first process ended
+    path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", run.args, global_step=200)
     args, checkpoint = parse(["--resume", path])
     resumed = U.Run(args, checkpoint, SCRIPT, phases=("env",))
     resumed.begin(200)
     resumed.log(250, {"losses/x": 250.0})
     resumed.writer.close()
     assert scalars(run.dir)["losses/x"] == [(100, 100.0), (200, 200.0), (250, 250.0)]
+
+
+# ------------------------------------------------------------------ run directories
+def test_the_default_run_name_cannot_escape_the_output_dir(tmp_path, capsys):
+    for exp_name in ("/../../escaped", "a/b"):
+        with pytest.raises(SystemExit) as e:
+            parse(["--output-dir", str(tmp_path / "out"), "--exp-name", exp_name])
+        assert e.value.code == 2 and one_error_line(capsys).startswith("error: --exp-name must make a run name")
+    with pytest.raises(SystemExit):
+        parse(["--output-dir", str(tmp_path), "--run-name", "x" * 300])
+    assert "at most 255 bytes" in one_error_line(capsys)
+    assert os.listdir(tmp_path) == []
+
+
+def test_run_directory_problems_are_one_line_before_anything_is_created(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "taken").write_text("")  # a file where the run directory would go
+    for argv, needle in [(["--output-dir", str(tmp_path / "file")], "--output-dir: "),
+                         (["--output-dir", str(tmp_path / "file" / "below")], "is not a directory"),
+                         (["--output-dir", str(tmp_path / "out"), "--run-name", "taken"], "--run-name: ")]:
+        with pytest.raises(SystemExit) as e:
+            parse([*argv, "--run-name", "r"] if "--run-name" not in argv else argv)
+        assert e.value.code == 2 and needle in one_error_line(capsys)
+    args, _ = parse(["--output-dir", "/sys/abs-test", "--run-name", "r"])  # passes the checks, cannot be created
+    with pytest.raises(SystemExit) as e:
+        U.Run(args, None, SCRIPT, phases=("env",))
+    assert e.value.code == 2 and "cannot be written" in one_error_line(capsys)
+    assert sorted(os.listdir(tmp_path)) == ["file", "out"] and os.listdir(tmp_path / "out") == ["taken"]
+
+
+def test_a_second_live_run_on_one_directory_is_refused(tmp_path, capsys):
+    run = new_run(tmp_path)
+    other = subprocess.run([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+                            "fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)", os.path.join(run.dir, ".lock")],
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "BlockingIOError" in other.stderr  # the lock holds against other processes
+    args, _ = parse(["--output-dir", str(tmp_path), "--run-name", "r"])  # no checkpoint or results there yet
+    with pytest.raises(SystemExit) as e:
+        U.Run(args, None, SCRIPT, phases=("env",))
+    assert e.value.code == 2 and "is in use by another live run" in one_error_line(capsys)
+    run.lock.close()  # as when the first process ends, however it ends
+    U.Run(args, None, SCRIPT, phases=("env",))
+
+
+def test_a_resume_below_the_checkpoints_step_and_ill_typed_checkpoints_are_refused(tmp_path, capsys):
+    path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r"), global_step=640)
+    with pytest.raises(SystemExit):
+        parse(["--resume", path, "--total-timesteps", "600"])
+    assert "--total-timesteps (600) is below the checkpoint's global_step (640)" in one_error_line(capsys)
+    good = torch.load(path, weights_only=True)
+    for bad, needle in [({"iteration": "3"}, "no valid 'iteration' (str)"), ({"perf": None}, "no valid 'perf'"),
+                        ({"args": {**good["args"], "total_timesteps": "1000"}}, "--total-timesteps = '1000'"),
+                        ({"args": {**good["args"], "schedule": "cubic"}}, "--schedule = 'cubic'"),
+                        ({"args": {**good["args"], "adapt": 1}}, "--adapt = 1")]:
+        torch.save({**good, **bad}, path)
+        with pytest.raises(SystemExit) as e:
+            parse(["--resume", path])
+        assert e.value.code == 2 and needle in one_error_line(capsys)
+
+
+def test_flag_types_of_a_checkpoint():
+    assert U.is_a(3, int) and U.is_a(3, float) and U.is_a(3.0, float) and not U.is_a(True, int)
+    assert U.is_a(None, Optional[str]) and U.is_a("x", Optional[str]) and not U.is_a(3, Optional[str])
+    assert U.is_a(False, bool) and not U.is_a(0, bool) and U.is_a("log", Literal["log", "linear"])
+    assert not U.is_a("cubic", Literal["log", "linear"]) and not U.is_a(2.5, int)
+
+
+def test_eta_of_a_huge_run_does_not_overflow():
+    assert U.progress_line(0, 10**30, 1, "x", []).endswith("| ETA 277777777777777790000000000:46:40") or \
+        "ETA 2777777777777777" in U.progress_line(0, 10**30, 1, "x", [])
+    assert U.progress_line(0, 3 * 3600 + 61, 1, "x", []).endswith("| ETA 3:01:01")
