@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import re
+import struct
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -34,8 +35,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from rliable import library as rly  # noqa: E402
 from rliable import metrics  # noqa: E402
+from google.protobuf.message import DecodeError  # noqa: E402
 from scipy import stats  # noqa: E402
+from tensorboard.backend.event_processing import io_wrapper  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.compat.proto import event_pb2  # noqa: E402
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c  # noqa: E402
 
 SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
 BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco")
@@ -281,6 +286,8 @@ class Run:
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
     divergence_tags: tuple = DIVERGENCE_TAGS[:2]  # the divergence its schedule used (divergence_tags())
     args: dict = field(default_factory=dict)  # the flags it ran with (eval_results.json "args")
+    event_problems: list = field(default_factory=list)  # damaged or incomplete events: training curves left out
+    event_notes: list = field(default_factory=list)  # damage that costs nothing (a resumed writer replaced it)
 
 
 def divergence_tags(args: dict) -> tuple[str, ...]:
@@ -289,31 +296,113 @@ def divergence_tags(args: dict) -> tuple[str, ...]:
     return ("adapt/divergence_ess",) if args.get("divergence") == "ess" else DIVERGENCE_TAGS[:2]
 
 
-def read_run(label: str, run_dir: Path) -> Run:
-    r = json.loads((run_dir / "eval_results.json").read_text())
-    args, ev = r.get("args", {}), r["eval"]
-    env_id = r.get("env_id") or args["env_id"]
-    if ev.get("mean") is None and not ev.get("returns"):  # a run with --eval-episodes 0 writes "mean": null
+class Malformed(ValueError):
+    """An eval_results.json that is not what the scripts write (docs/CONVENTIONS.md): the run is skipped."""
+
+
+def _kind(x) -> str:
+    """How a JSON value is named in a reason: 'a list', 'null', 'the string "x"', 'the number 5'."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"the boolean {json.dumps(x)}"
+    if isinstance(x, (int, float)):
+        return f"the number {x!r}"
+    if isinstance(x, str):
+        return f"the string {json.dumps(x[:40])}"
+    return {dict: "an object", list: "a list"}.get(type(x), type(x).__name__)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _steps(obj: dict, key: str, where: str) -> int | None:
+    """A step count (global_step, total_timesteps): absent or null -> None, else an integer >= 0."""
+    x = obj.get(key)
+    if x is None:
+        return None
+    if not _is_int(x) or x < 0:
+        raise Malformed(f"{where}{key} is {_kind(x)}, not a step count (an integer >= 0)")
+    return x
+
+
+def parse_results(r) -> dict:
+    """The fields of a parsed eval_results.json the report uses, checked: Malformed names the first that is missing
+    or of the wrong type. Falls back to "args" for env_id, seed and total_timesteps as the scripts write them."""
+    if not isinstance(r, dict):
+        raise Malformed(f"holds {_kind(r)}, not a JSON object")
+    args = r.get("args", {})
+    if not isinstance(args, dict):
+        raise Malformed(f"args is {_kind(args)}, not an object")
+    if "eval" not in r:
+        raise Malformed("no eval")
+    ev = r["eval"]
+    if not isinstance(ev, dict):
+        raise Malformed(f"eval is {_kind(ev)}, not an object")
+    env_id, where = (r.get("env_id"), "") if r.get("env_id") is not None else (args.get("env_id"), "args.")
+    if env_id is None:
+        raise Malformed("no env_id")
+    if not isinstance(env_id, str) or not game_of(env_id):
+        raise Malformed(f"{where}env_id is {_kind(env_id)}, not an environment id")
+    seed, where = (r["seed"], "") if "seed" in r else (args.get("seed"), "args.")
+    if seed is None:
+        raise Malformed("no seed")
+    if not _is_int(seed):
+        raise Malformed(f"{where}seed is {_kind(seed)}, not an integer")
+    mean, returns = ev.get("mean"), ev.get("returns")
+    if mean is not None and not _is_number(mean):
+        raise Malformed(f"eval.mean is {_kind(mean)}, not a number")
+    if returns is not None and not (isinstance(returns, list) and all(_is_number(x) for x in returns)):
+        raise Malformed(f"eval.returns is {_kind(returns)}, not a list of numbers")
+    if mean is None and not returns:  # a run with --eval-episodes 0 writes "mean": null
         raise ValueError("no evaluation episodes")
-    score = float(ev["mean"]) if ev.get("mean") is not None else float(np.mean(ev["returns"]))
+    score = float(mean) if mean is not None else float(np.mean(returns))
     if not np.isfinite(score):
         raise ValueError(f"non-finite evaluation score {score}")
-    total = int(r.get("global_step") or r.get("total_timesteps") or args.get("total_timesteps") or 0)
-    planned = int(r.get("total_timesteps") or args.get("total_timesteps") or total)
-    return Run(label, run_dir, env_id, game_of(env_id), int(r.get("seed", args.get("seed"))), score, total, planned,
-               divergence_tags=divergence_tags(args), args=args)
+    for key, ok, what in (("adapt", lambda x: isinstance(x, bool), "a boolean"),
+                          ("window", lambda x: _is_int(x) and x >= 1, "an integer >= 1"),
+                          ("num_steps", lambda x: x is None or _is_number(x), "a number"),
+                          ("divergence", lambda x: x is None or isinstance(x, str), "a string")):
+        if key in args and not ok(args[key]):
+            raise Malformed(f"args.{key} is {_kind(args[key])}, not {what}")
+    global_step, planned, arg_total = (_steps(r, "global_step", ""), _steps(r, "total_timesteps", ""),
+                                       _steps(args, "total_timesteps", "args."))
+    total = global_step or planned or arg_total or 0
+    return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned or arg_total or total,
+            "args": args}
+
+
+def read_run(label: str, run_dir: Path) -> Run:
+    try:
+        r = json.loads((run_dir / "eval_results.json").read_bytes())
+    except UnicodeDecodeError as e:
+        raise Malformed(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise Malformed(f"invalid JSON ({e})") from e
+    f = parse_results(r)
+    return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
+               divergence_tags=divergence_tags(f["args"]), args=f["args"])
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
-    """Finished runs below root, and notes on the directories skipped."""
+    """Finished runs below root, and notes on the directories skipped: an eval_results.json that cannot be read or
+    is malformed is named with the reason, never raised."""
     runs, skipped = [], []
     for d, dirs, files in os.walk(root):
         dirs.sort()
         if "eval_results.json" in files:
             try:
                 runs.append(read_run(label, Path(d)))
+            except Malformed as e:
+                skipped.append(f"`{Path(d) / 'eval_results.json'}`: malformed eval_results.json ({e})")
             except (OSError, ValueError, KeyError, TypeError) as e:
-                skipped.append(f"`{d}`: unreadable eval_results.json ({type(e).__name__}: {e})")
+                skipped.append(f"`{Path(d) / 'eval_results.json'}`: unreadable eval_results.json "
+                               f"({type(e).__name__}: {e})")
         elif "checkpoint.pt" in files or any(f.startswith("events.out.tfevents") for f in files):
             skipped.append(f"`{d}`: no eval_results.json (unfinished run)")
     return runs, skipped
@@ -331,6 +420,141 @@ def load_scalars(run_dir: Path, tags) -> dict:
         events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))
         out[tag] = (np.array([e.step for e in events], dtype=float), np.array([e.value for e in events], dtype=float))
     return out
+
+
+# ----------------------------------------------------------------------------- damaged or incomplete events
+@dataclass
+class EventFile:
+    """What reading one event file record by record found (read_event_file)."""
+    path: Path
+    size: int  # bytes
+    read: int  # bytes of intact records from the start of the file
+    problem: str | None  # why reading stopped before the end of the file; None when it was read to the end
+    last_step: int | None  # the largest step of a summary read (None: no summary read)
+    restarts: tuple = ()  # steps of the SessionLog START events read (a resumed writer's purge_step)
+    tags: frozenset = frozenset()  # scalar tags read
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """The event files TensorBoard reads for a run directory, in its reading order."""
+    return sorted(p for p in run_dir.iterdir() if p.is_file() and io_wrapper.IsSummaryEventsFile(str(p)))
+
+
+def read_event_file(path: Path) -> EventFile:
+    """Read the TFRecord framing of an event file (length, its masked CRC-32C, the data, its CRC-32C), as
+    TensorBoard's reader does, and parse each record as an Event. TensorBoard stops at the first record that is cut
+    short or fails a CRC check, silently (a "truncated record" at debug level), and reads nothing after it: a file
+    cut or corrupted in the middle looks to it like a shorter run. Here the stop is reported, with the bytes read."""
+    size, pos, last, restarts, tags = path.stat().st_size, 0, None, [], set()
+
+    def result(problem=None):
+        return EventFile(path, size, pos, problem, last, tuple(restarts), frozenset(tags))
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        return result(f"cannot be opened ({type(e).__name__}: {e.strerror or e})")
+    with f:
+        while True:
+            header = f.read(12)
+            if not header:
+                return result()
+            if len(header) < 12:
+                return result("a record cut short (in its header)")
+            (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
+            if masked_crc32c(header[:8]) != crc:
+                return result("a record failing its CRC check (header)")
+            if length > size - pos - 16:
+                return result("a record cut short (in its data)")
+            data, tail = f.read(length), f.read(4)
+            if len(data) < length or len(tail) < 4:
+                return result("a record cut short (in its data)")
+            if masked_crc32c(data) != struct.unpack("<I", tail)[0]:
+                return result("a record failing its CRC check (data)")
+            try:
+                event = event_pb2.Event.FromString(data)
+            except DecodeError:
+                return result("a record that is not an event")
+            pos += 16 + length
+            if event.HasField("summary"):
+                last = event.step if last is None else max(last, event.step)
+                tags.update(v.tag for v in event.summary.value)
+            elif event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                restarts.append(event.step)
+
+
+def iteration_tag(tags) -> str | None:
+    """The tag the completeness check follows: one logged every iteration (charts/SPS, else a losses/* tag), else
+    the training games (charts/episodic_return); None when the events hold none of them."""
+    for tag in ("charts/SPS", *sorted(t for t in tags if t.startswith("losses/")), RETURN_TAG):
+        if tag in tags:
+            return tag
+    return None
+
+
+def logging_interval(steps) -> float:
+    """The largest step gap between consecutive logged steps of a tag, counted from step 0: one logging interval
+    (an iteration's steps for PPO and PQN, whose rollout length may grow, or BTR's --log-every steps)."""
+    s = np.unique(np.asarray(steps, dtype=float))
+    return float(np.max(np.diff(np.concatenate([[0.0], s])))) if len(s) else 0.0
+
+
+def check_events(run: Run, files: list[EventFile], scalars: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a run's event files. A problem leaves its training-curve numbers out:
+    - damaged: a file TensorBoard cannot read to its end (a record cut short or failing its CRC check), unless
+      a later file of the run restarts (a resumed writer's purge_step P, which drops every earlier event from step
+      P on) at a step the damaged file was read past: then nothing that counts is missing, and it is only noted;
+    - incomplete: the events, as TensorBoard reads them, end before the run's last step (eval_results.json
+      global_step) by more than one logging interval of a tag logged every iteration (iteration_tag)."""
+    problems, notes = [], []
+    who = f"{run.label} {run.game} seed {run.seed}"
+    end = f"the run's last step {run.total_steps:,}" if run.total_steps else "the run's last step unknown"
+    for i, ef in enumerate(files):
+        if ef.problem is None:
+            continue
+        read = (f"{ef.problem} at byte {ef.read:,} of {ef.size:,}; TensorBoard stops reading the file there, so its "
+                f"events end at step " + (f"{ef.last_step:,}" if ef.last_step is not None else "– (none read)"))
+        later = [p for x in files[i + 1:] for p in x.restarts]
+        if later and (ef.last_step or 0) >= min(later):
+            notes.append(f"`{ef.path}` ({who}): {read}, but the run resumed at step {min(later):,} in a later event "
+                         "file, which replaces every event from that step on: nothing read is missing (kept)")
+        else:
+            problems.append(f"`{ef.path}` ({who}): damaged: {read} ({end})")
+    tag = iteration_tag(set().union(*(ef.tags for ef in files)) if files else set())
+    if not problems and tag is not None and run.total_steps:
+        steps = scalars.get(tag, (np.array([]), None))[0]
+        last = float(steps.max()) if len(steps) else None
+        interval = logging_interval(steps)
+        if last is None or last < run.total_steps - interval:
+            shown = files[-1].path if files else run.path
+            problems.append(f"`{shown}` ({who}): incomplete: its events end at step "
+                            + (f"{last:,.0f}" if last is not None else "– (none of them)")
+                            + f" ({tag}), before {end} by more than one logging interval ({interval:,.0f} steps)")
+    return problems, notes
+
+
+def load_run_events(run: Run) -> None:
+    """Fill run.scalars from the run's event files, unless they are damaged or incomplete (check_events): then the
+    run's training-curve numbers are left out (run.scalars stays empty) and run.event_problems says why. Its
+    evaluation return, from eval_results.json, is kept either way."""
+    tags = (RETURN_TAG, *run.divergence_tags, *SIZE_TAGS)
+    try:
+        files = [read_event_file(p) for p in event_files(run.path)]
+    except OSError as e:
+        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: its event files "
+                              f"cannot be listed ({type(e).__name__}: {e.strerror or e})"]
+        return
+    if not files:
+        return
+    check = iteration_tag(set().union(*(ef.tags for ef in files)))
+    try:
+        scalars = load_scalars(run.path, (*tags, *([check] if check else [])))
+    except (OSError, DecodeError) as e:
+        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: TensorBoard cannot "
+                              f"read its events ({type(e).__name__}: {e})"]
+        return
+    run.event_problems, run.event_notes = check_events(run, files, scalars)
+    if not run.event_problems:
+        run.scalars = {t: v for t, v in scalars.items() if t in tags}
 
 
 def newer_copy(a: Run, b: Run) -> tuple[Run, Run]:
@@ -383,7 +607,7 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
     for label in data:
         for game in data[label].values():
             for run in game.values():
-                run.scalars = load_scalars(run.path, (RETURN_TAG, *run.divergence_tags, *SIZE_TAGS))
+                load_run_events(run)
     return data, games, notes
 
 
@@ -699,7 +923,39 @@ def data_section(data, games, notes, roots) -> list[str]:
     md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
     md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
            for lb, d in data.items() if any(g not in d for g in games)]
-    return md + [f"- {n}" for n in notes] + [""]
+    return md + [f"- {n}" for n in notes] + [""] + damaged_section(data, games)
+
+
+def runs_of(data, games):
+    return [r for g in games for d in data.values() for r in d.get(g, {}).values()]
+
+
+def damaged_section(data, games) -> list[str]:
+    """The runs whose event files are damaged or incomplete (check_events), with what was left out."""
+    runs = runs_of(data, games)
+    problems = [p for r in runs for p in r.event_problems]
+    notes = [n for r in runs for n in r.event_notes]
+    if not problems and not notes:
+        return []
+    md = ["### Damaged or incomplete event files", ""]
+    if problems:
+        md += ["TensorBoard reads an event file only up to its first record that is cut short or fails its CRC "
+               "check, and says nothing: the curve of such a run, or of one whose events end before the run did, "
+               "would look like a shorter run. These runs' training-curve numbers (final training return, early "
+               "return, late variance, burn-in, learning curves and the adapt figure) are left out; their "
+               "evaluation return (eval_results.json) is kept.", "", *[f"- {p}" for p in problems], ""]
+    if notes:
+        md += ["Damaged, but nothing read from them is missing (kept):", "", *[f"- {n}" for n in notes], ""]
+    return md
+
+
+def left_out_line(data, games) -> list[str]:
+    """One line naming the runs whose training-curve numbers are left out (damaged_section), or nothing."""
+    runs = [r for r in runs_of(data, games) if r.event_problems]
+    if not runs:
+        return []
+    return ["Left out (event files damaged or incomplete, see \"Damaged or incomplete event files\"): "
+            + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in runs) + ".", ""]
 
 
 def aggregate_section(agg, agg_notes, games, table) -> list[str]:
@@ -803,13 +1059,13 @@ def differences(values, pairs, games) -> list[str]:
 
 
 def per_game_section(values, games, labels, complete, pairs, title, what, data=None, std=False, word="higher",
-                     pick=max) -> list[str]:
+                     pick=max, left_out=()) -> list[str]:
     """A per-game table of per-seed values ((game, label) -> {seed: value}), the best-of-all and pairwise counts of
-    the means, and the differences of each compared pair."""
+    the means, and the differences of each compared pair; left_out: lines on the runs left out of it."""
     means = {k: float(np.mean(list(v.values()))) for k, v in values.items()}
     best = best_by(means, games, labels, pick)
     return [f"## {title}", "", f"{what}: {PER_SEED_HOW}; {'lowest' if pick is min else 'best'} mean in bold.", "",
-            seed_table(values, games, labels, best, data, std), "",
+            *left_out, seed_table(values, games, labels, best, data, std), "",
             best_count_line(best, labels, complete, "best" if word == "higher" else word), "",
             "Pairwise counts of the means (games both labels ran; a tie is no win), with no regard to the seed "
             "spread (see the differences below):",
@@ -892,7 +1148,7 @@ def early_late_section(early, late, data, games, labels, pairs, burn=None, burn_
     md = ["## Early / late training", "",
           f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
           "late = the variance of its episodic return over the last 10% (population variance, at least two games "
-          "there). n = the runs with games in that window.", ""]
+          "there). n = the runs with games in that window.", "", *left_out_line(data, games)]
     for name, values, word, pick in (("Early return", early, "higher early", max),
                                      ("Late variance", late, "lower late variance", min)):
         what = "Each run's " + ("early return" if pick is max else "late variance")
@@ -954,6 +1210,10 @@ def figures_section(data, games, agg, rates, out, bins) -> list[str]:
         figures.append(improvement_figure(rates, out))
     if agg:
         figures.append(aggregate_figure(agg, out))
+    left = [r for r in runs_of(data, games) if r.event_problems]
+    if left:
+        figures.append("not in the learning curves or the adapt figure (event files damaged or incomplete): "
+                       + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in left))
     return ["## Figures", ""] + [f"- {f}" for f in figures] + [""]
 
 
@@ -986,7 +1246,7 @@ def write_report(data, games, notes, args, table) -> Path:
                            "Final training return",
                            f"Each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, the training metric "
                            "of CleanRL's published results, read by openrlbenchmark, whose spread is the population "
-                           "std over seeds, also given)", std=True)
+                           "std over seeds, also given)", data=data, std=True, left_out=left_out_line(data, games))
     md += early_late_section(*early_late(data, games), data, games, labels, pairs, *burn_in(data, games))
     md += improvement_section(rates, games, ref, skipped)
     md += figures_section(data, games, agg, rates, out, args.bins)
@@ -1039,8 +1299,29 @@ def parse_args(argv=None):
     return args
 
 
+def out_problem(out: Path) -> str | None:
+    """Why --out cannot be the report's directory (it is a file, lies below a file, or cannot be written), or None.
+    Nothing is created: the directory is made only when the report is written."""
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory"
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            return f"{existing} is a broken symbolic link"
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so no directory can be made below it"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{'it' if existing == out else existing} is not writable"
+    return None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    problem = out_problem(Path(args.out))
+    if problem:
+        print(f"report.py: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
     table = load_atari_scores()
     try:
         data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps,
@@ -1053,7 +1334,12 @@ def main(argv=None) -> int:
         print(f"report.py: no finished runs{length} (eval_results.json) found under "
               + ", ".join(map(str, args.runs.values())) + ("\n" + "\n".join(notes) if notes else ""), file=sys.stderr)
         return 1
-    path = write_report(data, games, notes, args, table)
+    try:
+        path = write_report(data, games, notes, args, table)
+    except OSError as e:  # e.g. a disk that is full, or permissions os.access did not tell
+        print(f"report.py: --out {args.out}: cannot write the report ({type(e).__name__}: {e.strerror or e}"
+              + (f": {e.filename}" if e.filename else "") + ")", file=sys.stderr)
+        return 2
     print(f"wrote {path}")
     return 0
 

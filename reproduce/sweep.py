@@ -31,6 +31,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import json
+import math
 import os
 import queue
 import re
@@ -57,6 +58,13 @@ ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
 INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
+# The flags the sweep gives every command itself (Run.command): neither --extra-args nor an experiment's flags may
+# set them, or a run would not be the one its directory, log and status stand for.
+SWEEP_FLAGS = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
+               "--resume")
+# Seeds are below this: envpool takes signed 32-bit seeds, and the scripts evaluate on seed + 10,000 (abs_utils.py).
+SEED_LIMIT = 2 ** 31 - 10000
+MAX_STEPS = 2 ** 63 - 1  # total_timesteps must fit the scripts' (and TensorBoard's) 64-bit step counters
 
 
 class SweepError(Exception):
@@ -134,12 +142,46 @@ def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
     return games, experiments
 
 
+def sweep_flag(tokens) -> str | None:
+    """The first of tokens that sets a flag the sweep sets itself (SWEEP_FLAGS), in any spelling the scripts' parser
+    (tyro) takes: `--run-name x`, `--run-name=x`, `--run_name x`; None when there is none."""
+    for token in tokens:
+        if token.startswith("--") and token.split("=", 1)[0].replace("_", "-") in SWEEP_FLAGS:
+            return token
+    return None
+
+
+def check_flags(tokens, where: str) -> tuple[str, ...]:
+    """tokens, unless one sets a flag the sweep sets itself (SweepError naming it)."""
+    token = sweep_flag(tokens)
+    if token is not None:
+        raise SweepError(f"{where}: {token.split('=', 1)[0]} is set by the sweep itself for every run ("
+                         f"{', '.join(SWEEP_FLAGS)}); use the sweep's --games, --seeds, --scale, --checkpoint-every "
+                         "or --root instead")
+    return tuple(tokens)
+
+
 def _flags(value, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
-        return tuple(shlex.split(value))
+        try:
+            return check_flags(shlex.split(value), where)
+        except ValueError as e:  # an unclosed quote
+            raise SweepError(f"{where}: flags {value!r}: {e}") from e
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
+        return check_flags(value, where)
     raise SweepError(f"{where}: flags must be a string or a list of strings")
+
+
+def check_seeds(seeds, where: str) -> list[int]:
+    """Seeds as integers in [0, SEED_LIMIT), each once (SweepError otherwise)."""
+    out = []
+    for seed in seeds:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+            raise SweepError(f"{where}: seed {seed!r} is not an integer in [0, 2^31 - 10000 = {SEED_LIMIT})")
+        if seed in out:
+            raise SweepError(f"{where}: seed {seed} is given twice")
+        out.append(seed)
+    return out
 
 
 def normalize_game(game: str, suffix: str) -> str:
@@ -163,13 +205,27 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
             raise SweepError(f"experiment {name}: no game list named {exp_games!r}")
         exp_games = game_lists[exp_games]
     suffix = exp.get("env_suffix", "")
+    where = "--games" if games else f"experiment {name}"
     games = [normalize_game(g, suffix) for g in games] if games else list(exp_games)
-    seeds = list(seeds) if seeds else list(exp["seeds"])
-    if scale <= 0:
-        raise SweepError("--scale must be positive")
-    steps = max(1, round(exp["total_timesteps"] * scale))
+    twice = next((g for i, g in enumerate(games) if g in games[:i]), None)
+    if twice is not None:  # two runs in one directory
+        raise SweepError(f"{where}: {twice} is given twice")
+    seeds = check_seeds(seeds, "--seeds") if seeds else check_seeds(exp["seeds"], f"experiment {name}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise SweepError(f"--scale {scale}: must be a finite number > 0")
+    total = exp["total_timesteps"]
+    if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+        raise SweepError(f"experiment {name}: total_timesteps {total!r} is not an integer >= 1")
+    if not total * scale <= MAX_STEPS:
+        raise SweepError(f"--scale {scale:g}: {total:,} x {scale:g} total timesteps is more than a 64-bit step "
+                         "counter holds")
+    steps = max(1, round(total * scale))
     ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
+    if not isinstance(ckpt, int) or isinstance(ckpt, bool) or ckpt < 0:
+        raise SweepError(f"{'--checkpoint-every' if checkpoint_every is not None else f'experiment {name}'}: "
+                         f"checkpoint_every {ckpt!r} is not an integer >= 0")
     common = _flags(exp.get("flags", ""), f"experiment {name}")
+    extra_args = check_flags(extra_args, "--extra-args")
     label_specs = exp["labels"]
     reference_and_comparisons(name, exp)
     for label in labels or []:
@@ -189,8 +245,8 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
                     script, flags = spec.get("script", exp["script"]), spec.get("flags", "")
                 else:
                     script, flags = exp["script"], spec
-                runs.append(Run(name, label, script, game, int(seed), steps, int(ckpt),
-                                common + _flags(flags, f"{name}.{label}") + tuple(extra_args),
+                runs.append(Run(name, label, script, game, seed, steps, ckpt,
+                                common + _flags(flags, f"experiment {name}, label {label}") + extra_args,
                                 Path(root).resolve() / name / label))
     return runs
 
@@ -518,7 +574,7 @@ def _runs(args, discover: bool = False) -> list[Run]:
     select = dict(games=args.games, seeds=args.seeds, labels=args.labels)
     if not discover:
         return expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale,
-                      extra_args=shlex.split(args.extra_args), checkpoint_every=args.checkpoint_every)
+                      extra_args=args.extra_flags, checkpoint_every=args.checkpoint_every)
     runs = expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale)
     known = {(r.label, r.env_id, r.seed) for r in runs}
     for label, label_dir in sorted({(r.label, r.label_dir) for r in runs}):
@@ -642,8 +698,48 @@ def cmd_report(args) -> int:
     return subprocess.call(cmd)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors (an unknown option, a value of the wrong type) on one line of stderr, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} ({self.prog} --help for the options)\n")
+
+
+def check_numbers(args) -> None:
+    """The numeric options in their domains, and --extra-args and --gpus well-formed; SweepError names the first
+    that is not."""
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        raise SweepError(f"--scale {args.scale}: must be a finite number > 0")
+    if args.seeds:
+        check_seeds(args.seeds, "--seeds")
+    if args.command != "run":
+        return
+    if args.gpus is not None:
+        gpus = args.gpus.split(",")
+        if not all(g.strip() for g in gpus) or len(set(gpus)) < len(gpus):
+            raise SweepError(f"--gpus {args.gpus!r}: must be distinct, comma-separated GPU ids (e.g. 0,1,2)")
+    for flag, value, low in (("--workers", args.workers, 1), ("--checkpoint-every", args.checkpoint_every, 0),
+                             ("--gpus-per-job", args.gpus_per_job, 0), ("--cpus-per-job", args.cpus_per_job, 1),
+                             ("--time-min", args.time_min, 1), ("--signal-delay-s", args.signal_delay_s, 0),
+                             ("--max-requeues", args.max_requeues, 0)):
+        if value is not None and value < low:
+            raise SweepError(f"{flag} {value}: must be at least {low}")
+    if args.mem_gb is not None and not (math.isfinite(args.mem_gb) and args.mem_gb > 0):
+        raise SweepError(f"--mem-gb {args.mem_gb}: must be a finite number > 0")
+    if args.signal_delay_s >= 60 * args.time_min:
+        raise SweepError(f"--signal-delay-s {args.signal_delay_s}: must be shorter than the time limit, --time-min "
+                         f"{args.time_min} ({60 * args.time_min} s)")
+    if any("=" not in kv or not kv.split("=", 1)[0] for kv in args.slurm_arg):
+        raise SweepError("--slurm-arg takes KEY=VALUE")
+    try:
+        args.extra_flags = check_flags(shlex.split(args.extra_args), "--extra-args")
+    except ValueError as e:  # an unclosed quote
+        raise SweepError(f"--extra-args {args.extra_args!r}: {e}") from e
+
+
 def parse_args(argv=None):
-    common = argparse.ArgumentParser(add_help=False)
+    """The command line; SweepError (one line, exit 2 in main) for a value outside its domain."""
+    common = _Parser(add_help=False)
     common.add_argument("experiment")
     common.add_argument("--config", help="your own experiments TOML, added to reproduce/experiments.toml")
     common.add_argument("--root", help="runs go to ROOT/EXPERIMENT/LABEL/GAME__SEED (default: runs/sweeps, "
@@ -653,7 +749,7 @@ def parse_args(argv=None):
     common.add_argument("--games", nargs="+", help="env ids or names ('Pong' = 'Pong-v5'); default: the experiment's")
     common.add_argument("--seeds", nargs="+", type=int, help="default: the experiment's")
     common.add_argument("--labels", nargs="+", help="a subset of the experiment's labels")
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = _Parser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", parents=[common], help="run (or submit) every run that has no result")
     r.add_argument("--workers", type=int, help="local: parallel runs (default: 1, or one per --gpus entry); "
@@ -686,20 +782,15 @@ def parse_args(argv=None):
         i = argv.index("--extra-args")
         argv[i:i + 2] = [f"--extra-args={argv[i + 1]}"]
     args = p.parse_args(argv)
-    if getattr(args, "slurm_arg", None) and any("=" not in kv for kv in args.slurm_arg):
-        p.error("--slurm-arg takes KEY=VALUE")
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        p.error("--workers must be at least 1")
-    if not args.scale > 0:
-        p.error("--scale must be positive")
+    check_numbers(args)
     if args.root is None:
         args.root = default_root(args.scale)
     return args
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.command](args)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,11 +1,15 @@
 """Tests of reproduce/report.py: statistics on hand-made inputs, and the whole report on a synthetic
 fixture of runs (eval_results.json + TensorBoard events written with SummaryWriter)."""
 import csv
+import errno
 import json
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -628,3 +632,319 @@ def test_a_run_found_twice_keeps_the_newer_copy(tmp_path):
     data, _, notes = report.collect({"ABS": tmp_path / "ABS"}, None, {})
     assert data["ABS"]["Amidar"][1].score == 100.0
     assert notes == [f"ABS: Amidar seed 1 found twice; kept the newer `{newer.parent}`, ignored `{older.parent}`"]
+
+
+# ----------------------------------------------------------------------------- malformed eval_results.json
+GOOD = {"algo": "abs_pqn_atari", "env_id": "Amidar-v5", "seed": 1, "global_step": 1000, "total_timesteps": 1000,
+        "eval": {"episodes": 2, "returns": [1.0, 3.0], "mean": 2.0}, "args": {"env_id": "Amidar-v5", "seed": 1}}
+
+
+def with_(**changes):
+    """GOOD with top-level keys changed (a value of `...` deletes the key)."""
+    res = json.loads(json.dumps(GOOD))
+    for k, v in changes.items():
+        if v is ...:
+            del res[k]
+        else:
+            res[k] = v
+    return json.dumps(res)
+
+
+# (name, the file's text, what the reason names)
+MALFORMED = [
+    ("list", "[]", "holds a list, not a JSON object"),
+    ("null", "null", "holds null, not a JSON object"),
+    ("string", '"eval"', 'holds the string "eval", not a JSON object'),
+    ("eval-string", with_(eval="x"), 'eval is the string "x", not an object'),
+    ("eval-missing", with_(eval=...), "no eval"),
+    ("env-id-number", with_(env_id=5), "env_id is the number 5, not an environment id"),
+    ("env-id-missing", json.dumps({**json.loads(with_(env_id=...)), "args": {"seed": 1}}), "no env_id"),
+    ("seed-string", with_(seed="abc"), 'seed is the string "abc", not an integer'),
+    ("seed-bool", with_(seed=True), "seed is the boolean true, not an integer"),
+    ("seed-missing", json.dumps({**json.loads(with_(seed=...)), "args": {}}), "no seed"),
+    ("mean-string", with_(eval={"episodes": 2, "mean": "2"}), 'eval.mean is the string "2", not a number'),
+    ("returns-string", with_(eval={"episodes": 2, "mean": None, "returns": "ab"}),
+     'eval.returns is the string "ab", not a list of numbers'),
+    ("args-list", with_(args=[]), "args is a list, not an object"),
+    ("window-string", with_(args={"env_id": "Amidar-v5", "window": "10"}), 'args.window is the string "10"'),
+    ("adapt-string", with_(args={"env_id": "Amidar-v5", "adapt": "false"}), 'args.adapt is the string "false"'),
+    ("step-negative", with_(global_step=-5), "global_step is the number -5, not a step count"),
+    ("step-string", with_(total_timesteps="1000"), 'total_timesteps is the string "1000", not a step count'),
+    ("invalid-json", '{"env_id": "Amidar-v5", ', "invalid JSON"),
+    ("empty", "", "invalid JSON"),
+]
+
+
+@pytest.mark.parametrize("name,text,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_read_run_names_what_is_malformed(tmp_path, name, text, reason):
+    (tmp_path / "eval_results.json").write_text(text)
+    with pytest.raises(report.Malformed) as e:
+        report.read_run("A", tmp_path)
+    assert reason in str(e.value)
+
+
+def test_malformed_eval_results_are_listed_as_skipped_and_the_report_is_made(tmp_path):
+    """Every malformed file is named in the Data section with its path and reason; the good runs are reported."""
+    write_run(tmp_path / "A" / "good1", "Amidar-v5", 1, 200.0, lambda s: s / 10)
+    write_run(tmp_path / "A" / "good2", "Amidar-v5", 2, 300.0, lambda s: s / 10)
+    for name, text, _ in MALFORMED:
+        (tmp_path / "A" / name).mkdir()
+        (tmp_path / "A" / name / "eval_results.json").write_text(text)
+    (tmp_path / "A" / "latin1").mkdir()
+    (tmp_path / "A" / "latin1" / "eval_results.json").write_bytes(b'{"env_id": "Caf\xe9-v5"}')
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", f"A={tmp_path / 'A'}",
+                          "--out", str(tmp_path / "out"), "--reps", "20"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    data = section((tmp_path / "out" / "report.md").read_text(), "Data")
+    assert row(data, "A")[2] == "2"  # the two good runs
+    for name, _, reason in MALFORMED:
+        line = next(ln for ln in data.splitlines() if f"`{tmp_path / 'A' / name / 'eval_results.json'}`" in ln)
+        assert line.startswith("- A: skipped ") and "malformed eval_results.json" in line and reason in line, line
+    assert f"`{tmp_path / 'A' / 'latin1' / 'eval_results.json'}`: malformed eval_results.json (not UTF-8" in data
+
+
+# ----------------------------------------------------------------------------- damaged or incomplete event files
+COMMITTED = ROOT / "results" / "mujoco-1m" / "runs" / "mujoco"
+
+
+def records(path: Path) -> list[tuple[int, int, set]]:
+    """(byte offset where the record ends, its step, its tags) of every record of an intact event file, read here
+    without report.py's reader."""
+    from tensorboard.compat.proto import event_pb2
+
+    data, pos, out = path.read_bytes(), 0, []
+    while pos < len(data):
+        (n,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+        out.append((pos + 16 + n, event.step, {v.tag for v in event.summary.value}))
+        pos += 16 + n
+    assert pos == len(data)
+    return out
+
+
+def only_event_file(run_dir: Path) -> Path:
+    (path,) = run_dir.glob("events.out.tfevents.*")
+    return path
+
+
+def test_every_committed_event_file_reads_to_its_end_and_reaches_its_run_s_last_step():
+    """(tests/test_results.py checks that the committed report, which would list any, comes out the same.)"""
+    runs = [report.read_run(lb, d) for lb in ("PPO", "PPO+ABS") for d in sorted((COMMITTED / lb).glob("*__*"))]
+    assert len(runs) == 18
+    files = {r.path: [report.read_event_file(p) for p in report.event_files(r.path)] for r in runs}
+    assert sum(map(len, files.values())) == 22  # 4 runs were resumed
+    for r in runs:
+        assert all(ef.problem is None and ef.read == ef.size > 0 for ef in files[r.path]), r.path
+        assert files[r.path][-1].last_step == r.total_steps and "charts/SPS" in files[r.path][-1].tags, r.path
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """Copies of the committed PPO Hopper runs, seed 2 intact (it was resumed: two event files), and PPO+ABS
+    Hopper seeds 1-3, each damaged one way:
+    PPO seed 1: its event file cut mid-record at about 30% (TensorBoard reads up to the cut, silently);
+    PPO seed 3: one byte of its event file flipped at half its length (a record fails its CRC check);
+    PPO+ABS seed 1: its event file cut at a record boundary at half its length (no read error: incomplete);
+    PPO+ABS seeds 2 and 3 intact. Returns (root, {name: details}, the report made, the committed report of the
+    intact runs, the report's directory)."""
+    root = tmp_path_factory.mktemp("damaged")
+    for label in ("PPO", "PPO+ABS"):
+        for seed in (1, 2, 3):
+            shutil.copytree(COMMITTED / label / f"Hopper-v4__{seed}", root / label / f"Hopper-v4__{seed}")
+    info = {}
+    cut = only_event_file(root / "PPO" / "Hopper-v4__1")
+    ends = records(cut)
+    end = next(e for e, _, _ in ends if e > 0.3 * cut.stat().st_size)
+    size = end + 7  # the next record's header cut after 7 of its 12 bytes
+    full_curve = report.load_scalars(cut.parent, [report.RETURN_TAG])[report.RETURN_TAG]
+    with open(cut, "r+b") as f:
+        f.truncate(size)
+    cut_curve = report.load_scalars(cut.parent, [report.RETURN_TAG])[report.RETURN_TAG]
+    info["cut"] = dict(path=cut, read=end, size=size, step=max(s for e, s, _ in ends if e <= end),
+                       full_curve=full_curve, cut_curve=cut_curve)
+    flip = only_event_file(root / "PPO" / "Hopper-v4__3")
+    raw = bytearray(flip.read_bytes())
+    at = len(raw) // 2
+    raw[at] ^= 0xFF
+    flip.write_bytes(bytes(raw))
+    start = max([0] + [e for e, _ in records_of(bytes(raw), at)])
+    info["flip"] = dict(path=flip, read=start, size=len(raw))
+    short = only_event_file(root / "PPO+ABS" / "Hopper-v4__1")
+    ends = records(short)
+    end = next(e for e, _, _ in ends if e > 0.5 * short.stat().st_size)
+    with open(short, "r+b") as f:
+        f.truncate(end)
+    info["short"] = dict(path=short, step=max(s for e, s, tags in ends if e <= end and "charts/SPS" in tags))
+    out = tmp_path_factory.mktemp("damaged-report")
+    assert report.main(["--runs", f"PPO={root / 'PPO'}", f"PPO+ABS={root / 'PPO+ABS'}", "--out", str(out),
+                        "--reps", "20"]) == 0
+    return root, info, (out / "report.md").read_text(), (COMMITTED.parents[1] / "report.md").read_text(), out
+
+
+def records_of(data: bytes, limit: int) -> list[tuple[int, int]]:
+    """(end offset, 0) of the intact records that end at or before byte `limit` of data."""
+    pos, out = 0, []
+    while pos + 12 <= len(data):
+        (n,) = struct.unpack("<Q", data[pos:pos + 8])
+        if pos + 16 + n > limit:
+            break
+        out.append((pos + 16 + n, 0))
+        pos += 16 + n
+    return out
+
+
+def test_tensorboard_alone_reads_a_cut_event_file_silently_short(damaged):
+    """What the report guards against: TensorBoard reads the cut file up to the cut and says nothing, and the curve's
+    numbers (here the final training return) come out of a third of the run as if it were all of it."""
+    _, info, *_ = damaged
+    full, cut = info["cut"]["full_curve"], info["cut"]["cut_curve"]
+    assert len(cut[1]) < 0.5 * len(full[1]) and cut[0].max() < 0.5 * full[0].max()
+    assert abs(np.mean(cut[1][-100:]) - np.mean(full[1][-100:])) > 500  # Hopper: ~1,000 vs ~2,700
+
+
+def test_a_cut_or_corrupted_event_file_is_named_and_its_curve_numbers_left_out(damaged):
+    root, info, md, intact, *_ = damaged
+    assert "Damaged or incomplete event files" not in intact
+    data = section(md, "Data")
+    lines = data.split("### Damaged or incomplete event files")[1].splitlines()
+    cut, flip = info["cut"], info["flip"]
+    line = next(ln for ln in lines if f"`{cut['path']}`" in ln)
+    assert (f"(PPO Hopper seed 1): damaged: a record cut short (in its header) at byte {cut['read']:,} of "
+            f"{cut['size']:,}; TensorBoard stops reading the file there, so its events end at step {cut['step']:,} "
+            "(the run's last step 1,001,472)") in line
+    line = next(ln for ln in lines if f"`{flip['path']}`" in ln)
+    assert "(PPO Hopper seed 3): damaged: a record failing its CRC check" in line
+    assert f"at byte {flip['read']:,} of {flip['size']:,}" in line
+    # Training-curve numbers: only the intact seed 2 is left for PPO, in every table built from the curves ...
+    for title in ("Final training return", "Early / late"):
+        text = section(md, title)
+        assert ("Left out (event files damaged or incomplete, see \"Damaged or incomplete event files\"): PPO Hopper "
+                "seed 1, PPO Hopper seed 3, PPO+ABS Hopper seed 1.") in text
+        got, was = ([[c.strip() for c in ln.strip("|").split("|")] for ln in t.splitlines()
+                     if ln.startswith("| Hopper | PPO |")] for t in (text, section(intact, title)))
+        assert len(got) == len(was) >= 1
+        for g, w in zip(got, was):  # per seed "1: x, 2: y, 3: z" -> "2: y", n 3 -> 1
+            assert g[2] == w[2].split(", ")[1] and g[2].startswith("2: ") and (g[-1], w[-1]) == ("1", "3"), (g, w)
+    # ... and in the figure data: one PPO run in every bin, none past the cut from the cut run
+    with open(damaged[4] / "learning_curves.csv") as f:
+        ppo = [r for r in csv.DictReader(f) if r["label"] == "PPO"]
+    assert ppo and {r["n_runs"] for r in ppo} == {"1"}
+    assert "not in the learning curves or the adapt figure (event files damaged or incomplete): PPO Hopper seed 1, " \
+        "PPO Hopper seed 3, PPO+ABS Hopper seed 1" in section(md, "Figures")
+    # The evaluation return, from eval_results.json, stays for every seed.
+    for label in ("PPO", "PPO+ABS"):
+        assert row_of(section(md, "Per-game evaluation return"), "Hopper", label) == row_of(
+            section(intact, "Per-game evaluation return"), "Hopper", label)
+
+
+def test_an_event_file_that_ends_early_without_a_read_error_is_incomplete(damaged):
+    _, info, md, *_ = damaged
+    short = info["short"]
+    line = next(ln for ln in section(md, "Data").splitlines() if f"`{short['path']}`" in ln)
+    assert (f"(PPO+ABS Hopper seed 1): incomplete: its events end at step {short['step']:,} (charts/SPS), before the "
+            "run's last step 1,000,448 by more than one logging interval") in line
+    final = section(md, "Final training return")
+    assert row_of(final, "Hopper", "PPO+ABS")[2].startswith("2: ") and row_of(final, "Hopper", "PPO+ABS")[-1] == "2"
+    burn = section(md, "Early / late").split("### Burn-in")[1]
+    assert row_of(burn, "Hopper", "PPO+ABS")[-1] == "2"  # its burn-in left out too
+
+
+def write_resumed_run(run_dir: Path, first_to: int, resume_at: int = 500, total: int = 1000, damage=b""):
+    """A run written in two sessions, as a resumed script writes it: the first event file has steps 100..first_to
+    (then `damage` appended to it), the second opens with purge_step resume_at + 1 (TensorBoard drops every earlier
+    event from that step on) and logs resume_at..total."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    write_run(run_dir, "Hopper-v4", 1, 1000.0, total=total)
+    w = SummaryWriter(str(run_dir), purge_step=0)
+    for step in range(100, first_to + 1, 100):
+        w.add_scalar(report.RETURN_TAG, step / 10, step)
+        w.add_scalar("charts/SPS", 1000, step)
+    w.close()
+    with open(only_event_file(run_dir), "ab") as f:
+        f.write(damage)
+    time.sleep(1.1)  # the second file's name (its time stamp) sorts after the first
+    w = SummaryWriter(str(run_dir), purge_step=resume_at + 1)
+    for step in range(resume_at, total + 1, 100):
+        w.add_scalar(report.RETURN_TAG, step / 10, step)
+        w.add_scalar("charts/SPS", 1000, step)
+    w.close()
+
+
+def test_damage_a_resumed_run_replaced_is_noted_and_damage_before_its_resume_leaves_the_curve_out(tmp_path):
+    """A hard kill (a node failure) can leave a record cut short at the end of an event file; the run then resumes
+    from its checkpoint in a new file that replaces every event from the resume step on. If the damaged file was
+    read past that step, nothing is missing: noted, numbers kept. If it was read only up to an earlier step, the
+    events between are lost: left out."""
+    partial = struct.pack("<Q", 50)[:5]  # a header cut after 5 bytes
+    write_resumed_run(tmp_path / "A" / "kept", first_to=800, damage=partial)
+    data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
+    run = data["A"]["Hopper"][1]
+    first = report.event_files(run.path)[0]
+    assert run.event_problems == [] and len(run.event_notes) == 1, run.event_problems
+    assert run.event_notes[0].startswith(f"`{first}` (A Hopper seed 1): a record cut short (in its header) at byte ")
+    assert "events end at step 800, but the run resumed at step 501 in a later event file" in run.event_notes[0]
+    assert run.scalars[report.RETURN_TAG][0].tolist() == [100, 200, 300, 400, 500, 500, 600, 700, 800, 900, 1000]
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "o1"), "--reps", "20"]) == 0
+    md = (tmp_path / "o1" / "report.md").read_text()
+    assert "Damaged, but nothing read from them is missing (kept):" in md and "Left out" not in md
+    write_resumed_run(tmp_path / "B" / "lost", first_to=300, damage=partial)
+    data, _, _ = report.collect({"B": tmp_path / "B"}, None, {})
+    run = data["B"]["Hopper"][1]
+    assert run.event_notes == [] and run.scalars == {}
+    assert len(run.event_problems) == 1 and "damaged: a record cut short (in its header)" in run.event_problems[0]
+    assert "events end at step 300 (the run's last step 1,000)" in run.event_problems[0]
+
+
+def test_an_intact_resumed_run_is_not_flagged(tmp_path):
+    write_resumed_run(tmp_path / "A" / "r", first_to=500)
+    data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
+    run = data["A"]["Hopper"][1]
+    assert run.event_problems == run.event_notes == [] and report.RETURN_TAG in run.scalars
+
+
+def test_logging_interval_and_iteration_tag():
+    assert report.logging_interval([1024, 2048, 4096, 8192]) == 4096  # a rollout that grows
+    assert report.logging_interval([500]) == 500 and report.logging_interval([]) == 0
+    assert report.iteration_tag({"charts/SPS", "losses/x", report.RETURN_TAG}) == "charts/SPS"
+    assert report.iteration_tag({"losses/b", "losses/a", report.RETURN_TAG}) == "losses/a"
+    assert report.iteration_tag({report.RETURN_TAG}) == report.RETURN_TAG and report.iteration_tag(set()) is None
+
+
+# ----------------------------------------------------------------------------- --out
+def report_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_out_that_is_a_file_or_below_one_is_one_line_and_exit_2(tmp_path, capsys):
+    write_run(tmp_path / "A" / "a", "Amidar-v5", 1, 100.0)
+    (tmp_path / "file").write_text("x")
+    res = report_cli("--runs", f"A={tmp_path / 'A'}", "--out", tmp_path / "file", "--reps", "20")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr == f"report.py: --out {tmp_path / 'file'}: is a file, not a directory\n"
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "file" / "sub")]) == 2
+    assert capsys.readouterr().err == (f"report.py: --out {tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is a file, "
+                                       "so no directory can be made below it\n")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    write_run(tmp_path / "A" / "a", "Amidar-v5", 1, 100.0)
+    argv = ["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "new" / "out"), "--reps", "20"]
+    real = os.access
+    monkeypatch.setattr(report.os, "access", lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
+    assert report.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"report.py: --out {tmp_path / 'new' / 'out'}: {tmp_path} is not writable\n"
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setattr(report.os, "access", real)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "new" / "out" / "report.md"))
+    monkeypatch.setattr(report, "write_report", full)
+    assert report.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"report.py: --out {tmp_path / 'new' / 'out'}: cannot write the "
+                                                   "report (OSError: No space left on device")

@@ -727,3 +727,120 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
     assert "resumed" in log and "warning" not in log and (abs_dir / "eval_results.json").exists()
     out = sweep_cli("status", "atari10-batches", "--root", str(root))  # the full-length grid: not done
     assert re.search(r"ABS\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+1", out.stdout), out.stdout
+
+
+# ----------------------------------------------------------------------------- refused command lines
+def refused(argv, capsys) -> str:
+    """The one line main() writes to stderr for a refused command line (exit 2); nothing runs or is printed."""
+    assert sweep.main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith("error: "), out
+    return out.err
+
+
+# Every flag Run.command sets, in the spellings the scripts' parser (tyro) takes.
+SET_BY_THE_SWEEP = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
+                    "--resume")
+SPELLINGS = [(flag, spelling) for flag in SET_BY_THE_SWEEP
+             for spelling in dict.fromkeys(((flag, "x"), (f"{flag}=x",), ("--" + flag[2:].replace("-", "_"), "x")))]
+
+
+@pytest.mark.parametrize("flag,tokens", SPELLINGS, ids=[" ".join(t) for _, t in SPELLINGS])
+def test_extra_args_that_set_what_the_sweep_sets_are_refused(tiny, capsys, flag, tokens):
+    opts, exp_dir = tiny
+    err = refused(["run", "tiny", *opts, "--dry-run", "--extra-args", " ".join(("--no-cuda", *tokens))], capsys)
+    assert err.startswith(f"error: --extra-args: {tokens[0].split('=')[0]} is set by the sweep itself"), err
+    assert not exp_dir.exists()
+
+
+def test_extra_args_refused_on_the_command_line_and_in_an_experiment(tiny, tmp_path, capsys):
+    opts, exp_dir = tiny
+    out = sweep_cli("run", "tiny", *opts, "--extra-args=--run_name=mine --no-cuda")
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: --extra-args: --run_name is set by the sweep itself") and not exp_dir.exists()
+    # the same flags are what a run's --extra-args may not repeat; others pass through
+    assert sweep.main(["run", "tiny", *opts, "--dry-run", "--seeds", "1", "--extra-args", "--seedling 3"]) == 0
+    assert capsys.readouterr().out.count("--seedling 3") == 2
+    assert "No closing quotation" in refused(["run", "tiny", *opts, "--dry-run", "--extra-args", '"--no-cuda'], capsys)
+    config = tmp_path / "bad.toml"
+    config.write_text('[experiments.bad]\nscript = "x.py"\ngames = ["Pong-v5"]\nseeds = [1]\ntotal_timesteps = 10\n'
+                      '[experiments.bad.labels]\nA = "--lr 1"\nB = "--seed 7"\n')
+    err = refused(["run", "bad", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
+    assert err.startswith("error: experiment bad, label B: --seed is set by the sweep itself"), err
+    with pytest.raises(sweep.SweepError, match="--extra-args: --resume is set by the sweep itself"):
+        builtin("mujoco", extra_args=["--resume=/tmp/c.pt"])
+
+
+BAD_NUMBERS = [
+    (["--scale", "inf"], "--scale inf: must be a finite number > 0"),
+    (["--scale", "nan"], "--scale nan: must be a finite number > 0"),
+    (["--scale", "0"], "--scale 0.0: must be a finite number > 0"),
+    (["--scale", "-1"], "--scale -1.0: must be a finite number > 0"),
+    (["--scale", "1e300"], "total timesteps is more than a 64-bit step counter holds"),
+    (["--seeds", "-1"], "--seeds: seed -1 is not an integer in [0, 2^31 - 10000 = 2147473648)"),
+    (["--seeds", "1", "2147473648"], "--seeds: seed 2147473648 is not an integer in [0, 2^31 - 10000"),
+    (["--seeds", "1", "1"], "--seeds: seed 1 is given twice"),
+    (["--seeds", "x"], "argument --seeds: invalid int value: 'x'"),
+    (["--games", "Pong", "Pong-v5"], "--games: Pong-v5 is given twice"),
+    (["--workers", "0"], "--workers 0: must be at least 1"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every -1: must be at least 0"),
+    (["--gpus", "0,,1"], "--gpus '0,,1': must be distinct, comma-separated GPU ids"),
+    (["--gpus", "0,0"], "--gpus '0,0': must be distinct"),
+    (["--gpus-per-job", "-1"], "--gpus-per-job -1: must be at least 0"),
+    (["--cpus-per-job", "0"], "--cpus-per-job 0: must be at least 1"),
+    (["--time-min", "0"], "--time-min 0: must be at least 1"),
+    (["--mem-gb", "0"], "--mem-gb 0.0: must be a finite number > 0"),
+    (["--mem-gb", "inf"], "--mem-gb inf: must be a finite number > 0"),
+    (["--signal-delay-s", "-1"], "--signal-delay-s -1: must be at least 0"),
+    (["--time-min", "2", "--signal-delay-s", "120"], "--signal-delay-s 120: must be shorter than the time limit"),
+    (["--max-requeues", "-1"], "--max-requeues -1: must be at least 0"),
+    (["--slurm-arg", "=x"], "--slurm-arg takes KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD_NUMBERS, ids=[" ".join(b[0]) for b in BAD_NUMBERS])
+def test_numbers_out_of_their_domain_are_refused(tiny, capsys, extra, message):
+    opts, exp_dir = tiny
+    argv = ["run", "tiny", *opts, "--dry-run", *extra]
+    if extra[0] == "--seeds" and extra[1] == "x":  # argparse's own error, one line too
+        with pytest.raises(SystemExit) as e:
+            sweep.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
+        return
+    assert message in refused(argv, capsys)
+    assert not exp_dir.exists()
+
+
+def test_numbers_at_the_edge_of_their_domain_are_accepted_and_status_and_report_check_them_too(tiny, capsys):
+    opts, _ = tiny
+    assert sweep.main(["run", "tiny", *opts, "--dry-run", "--seeds", "0", str(2 ** 31 - 10001), "--workers", "1",
+                       "--checkpoint-every", "0", "--gpus-per-job", "0", "--max-requeues", "0", "--signal-delay-s",
+                       "0", "--time-min", "1", "--mem-gb", "0.5", "--scale", "1e-9"]) == 0
+    assert f"--seed {2 ** 31 - 10001} --total-timesteps 1 " in capsys.readouterr().out
+    for command in ("status", "report"):
+        assert "--seeds: seed -1 is not an integer" in refused([command, "tiny", *opts, "--seeds", "-1"], capsys)
+        assert "--scale inf: must be a finite number > 0" in refused([command, "tiny", *opts, "--scale", "inf"],
+                                                                     capsys)
+
+
+def test_refused_numbers_on_the_real_command_line_are_one_line(tiny):
+    opts, exp_dir = tiny
+    for extra in (["--scale", "inf"], ["--seeds", "-1"], ["--workers", "0"], ["--seeds", "x"]):
+        out = sweep_cli("run", "tiny", *opts, *extra)
+        assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+        assert "Traceback" not in out.stderr and extra[0] in out.stderr
+    assert not exp_dir.exists()
+
+
+def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
+    games = {}
+    base = {"script": "x.py", "games": ["Pong-v5"], "seeds": [1], "total_timesteps": 10, "labels": {"A": ""}}
+    for change, message in (({"seeds": [1, -2]}, "experiment e: seed -2 is not an integer"),
+                            ({"seeds": ["1"]}, "experiment e: seed '1' is not an integer"),
+                            ({"total_timesteps": 0}, "experiment e: total_timesteps 0 is not an integer >= 1"),
+                            ({"checkpoint_every": -1}, "experiment e: checkpoint_every -1 is not an integer >= 0"),
+                            ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: Pong-v5 is given twice")):
+        with pytest.raises(sweep.SweepError, match=re.escape(message)):
+            sweep.expand("e", {"e": {**base, **change}}, games, tmp_path)
+    assert [r.seed for r in sweep.expand("e", {"e": base}, games, tmp_path)] == [1]
