@@ -451,8 +451,8 @@ def rms_state(rms):
 
 
 def set_rms_state(rms, state):
-    rms.mean, rms.var, rms.count = state["mean"].numpy().astype(np.float64), state["var"].numpy().astype(np.float64), \
-        float(state["count"])
+    rms.mean, rms.var = (torch.as_tensor(state[k], dtype=torch.float64).numpy().copy() for k in ("mean", "var"))
+    rms.count = float(state["count"])
 
 
 def normalization_state(envs):
@@ -467,8 +467,8 @@ def normalization_state(envs):
 def set_normalization_state(envs, state):
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeObservation).obs_rms, state["obs_rms"])
     set_rms_state(find_wrapper(envs.envs[0], gym.wrappers.NormalizeReward).return_rms, state["return_rms"])
-    for env, accumulator in zip(envs.envs, state["discounted_reward"]):
-        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = accumulator.numpy().astype(np.float64)
+    for env, acc in zip(envs.envs, state["discounted_reward"]):
+        find_wrapper(env, gym.wrappers.NormalizeReward).discounted_reward = torch.as_tensor(acc).double().numpy().copy()
 
 
 @torch.no_grad()

@@ -83,7 +83,7 @@ def test_quick_benchmark_pqn_group(tmp_path):
         assert set(r["phases"]) == {"env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"}
         assert r["command"].startswith("python ") and "--total-timesteps 819" in r["command"]
     assert rows[0]["phases"]["adapt_seconds"] == 0.0 and rows[1]["phases"]["adapt_seconds"] > 0.0
-    storage = lambda L: sum(b.numel() * b.element_size() for b in pqn.allocate_storage(L, 16, (4, 84, 84), "meta").values())  # noqa: E731
+    storage = lambda L: pqn.Rollout.allocate(L, 16, (4, 84, 84), "meta").nbytes  # noqa: E731
     assert rows[0]["storage_bytes"] == storage(32) and rows[2]["storage_bytes"] == storage(64)
     md = (tmp_path / "results.md").read_text()
     assert md.count("| PQN") == 4 and "Environment only" in md and "| steady SPS |" in md
