@@ -183,6 +183,8 @@ class Args:
     """parallel environments for the evaluation (each plays an equal share of the episodes)"""
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
+    eval_fire_after_life_loss: bool = True
+    """in games with FIRE, press it on the step after a lost life as training's resets do (off: the paper's eval)"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
@@ -195,7 +197,7 @@ FRAME_STACK = 4
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
-    "scalar_every", "bf16",
+    "eval_fire_after_life_loss", "scalar_every", "bf16",
 )
 CHECKPOINT_STATE = {"q_network": dict, "target_network": dict, "optimizer": dict, "scheduler": dict,
                     "grad_steps": int}
@@ -230,16 +232,10 @@ class ABSScheduler:
         self.L_min, self.L_max, self.window, self.beta = L_min, L_max, window, beta
         self.delta_min, self.delta_max, self.schedule = delta_min, delta_max, schedule
         self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
-        self.L = float(L_min)
-        self.num_measurements = 0
+        self.L, self.num_measurements = float(L_min), 0
 
-    @property
-    def delta_bar(self) -> float:
-        return float(np.mean(self.history)) if self.history else float("nan")
-
-    @property
-    def num_steps(self) -> int:
-        return round_half_up(self.L)
+    delta_bar = property(lambda self: float(np.mean(self.history)) if self.history else float("nan"))  # window mean
+    num_steps = property(lambda self: round_half_up(self.L))  # the rounded L
 
     def record(self, delta: float) -> None:
         """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
@@ -381,13 +377,8 @@ class ReplayBuffer:
         self.fresh, self.prev_end, self.prev_game_end = (np.ones(self.E, bool), np.zeros(self.E, bool),
                                                          np.zeros(self.E, bool))
 
-    @property
-    def nbytes(self) -> int:
-        return sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes
-
-    @property
-    def num_transitions(self) -> int:
-        return min(self.rows_written, self.T) * self.E
+    nbytes = property(lambda self: sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes)
+    num_transitions = property(lambda self: min(self.rows_written, self.T) * self.E)  # stored, sampleable or not
 
     def add(self, frames, actions, rewards, terminated, truncated, game_over):
         """Write one vectorised step (frames [E, 84, 84]: newest frame of the observation the actions were taken on)."""
@@ -771,21 +762,27 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False):
-    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
+             fire_after_life_loss=True):
+    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured. With
+    fire_after_life_loss, an env whose game has FIRE presses it on the step after it lost a life."""
     num_envs = min(num_envs, episodes)
     envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    fire = U.fire_action(env_id) if fire_after_life_loss else None  # envpool's reset does so in training
     quota = np.full(num_envs, episodes // num_envs)
     quota[: episodes % num_envs] += 1
-    finished = np.zeros(num_envs, dtype=np.int64)
-    ep_return = np.zeros(num_envs)
+    finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
     returns, lengths, capped = [], [], 0
-    obs, _ = envs.reset()
+    obs, info = envs.reset()
+    lives = info["lives"]
     while (finished < quota).any():
         with autocast(device, bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
-        actions, _ = select_actions(q_values, epsilon)
-        obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
+        actions = select_actions(q_values, epsilon)[0].cpu().numpy()
+        if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
+            actions = np.where(info["lives"] < lives, fire, actions)
+        lives = info["lives"]
+        obs, reward, term, trunc, info = envs.step(actions)
         ep_return += reward
         ended = term | trunc
         counted = ended & (finished < quota)
@@ -926,5 +923,5 @@ if __name__ == "__main__":
               f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(greedy, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
-                                            args.bf16)
+                                            args.bf16, args.eval_fire_after_life_loss)
     run.finish(global_step, returns, lengths, capped)

@@ -97,12 +97,6 @@ def tyro_cli(cls, argv, default=None):
 
 
 # ================================================================ checkpoints and resume
-def atomic_write_json(path, obj):
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(f"{path}.tmp", path)
-
-
 def atomic_torch_save(path, obj):
     torch.save(obj, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)
@@ -186,8 +180,7 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
     checkpoint's flags as defaults: a given run-control flag wins, another given flag is ignored with a warning (it
     would change the algorithm mid-run). A new run gets a free, writable run directory of its own."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = tyro_cli(cls, argv)
-    checkpoint = None
+    args, checkpoint = tyro_cli(cls, argv), None
     try:
         if args.resume is not None:
             checkpoint = load_checkpoint(args.resume, script)
@@ -236,17 +229,13 @@ def summarize_eval(returns, lengths, capped) -> dict:
             **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
 
 
-def crossed(every: int, before: int, after: int) -> bool:
-    """True when a multiple of `every` (0: never) lies in (before, after]: a checkpoint boundary was passed."""
-    return every > 0 and after // every > before // every
-
-
-def progress_line(global_step: int, total_timesteps: int, sps: int, fields: str, recent_returns) -> str:
-    eta = max(total_timesteps - global_step, 0) / max(sps, 1)
-    ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-    minutes, seconds = divmod(int(eta), 60)
-    return (f"step {global_step}/{total_timesteps} | SPS {sps} | {fields} | return {ret} "
-            f"| ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}")
+def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game's (envpool's) actions, or None
+    from ale_py import ALEInterface, Action, LoggerMode, roms  # the Atari scripts' requirement, imported only here
+    game = env_id.split("-")[0].lower()  # "MsPacman-v5" -> the ROM id "ms_pacman"
+    ALEInterface.setLoggerMode(LoggerMode.Error)
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(next(r for r in roms.get_all_rom_ids() if r.replace("_", "") == game)))
+    return next((i for i, a in enumerate(ale.getMinimalActionSet()) if a == Action.FIRE), None)
 
 
 # ================================================================ the run and its records
@@ -286,18 +275,18 @@ class Run:
     def begin(self, global_step: int) -> None:
         """Restore a resumed run's RNGs and timings, open the event file (dropping the events logged after the
         checkpoint, or on a new run all earlier ones) and catch SIGTERM/SIGINT."""
-        checkpoint = self.resumed_from
-        if checkpoint is not None:
-            self.train_seconds = checkpoint["train_seconds"]
-            self.perf.update(checkpoint["perf"])
-            set_rng_state(checkpoint["rng"], self.device)
-        self.writer = SummaryWriter(self.dir, purge_step=global_step + 1 if checkpoint is not None else 0)
-        if checkpoint is None:
+        if self.resumed_from is not None:
+            self.train_seconds = self.resumed_from["train_seconds"]
+            self.perf.update(self.resumed_from["perf"])
+            set_rng_state(self.resumed_from["rng"], self.device)
+        self.writer = SummaryWriter(self.dir, purge_step=global_step + 1 if self.resumed_from is not None else 0)
+        if self.resumed_from is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in vars(self.args).items()))
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self.start_time, self.start_step, self.last_print = time.time(), global_step, 0.0
+        self.last_perf = (global_step, self.start_time)  # (step, time) of the last log(perf=True)
 
     def _on_signal(self, signum, frame):
         """The loop checks the signal, checkpoints and exits at the end of the current unit of work, so that nothing
@@ -315,9 +304,12 @@ class Run:
         self.perf[phase] += time.perf_counter() - start
 
     def log(self, step: int, scalars: dict, perf: bool = False) -> None:
-        """One event per tag; with perf, also every phase's cumulative seconds and the CUDA peak memory."""
+        """One event per tag; with perf, also charts/SPS_interval, every phase's seconds and the CUDA peak memory."""
         if perf:
-            scalars = {**scalars, **{f"perf/{phase}_seconds": s for phase, s in self.perf.items()}}
+            now, (last_step, last_time) = time.time(), self.last_perf
+            scalars = {**scalars, "charts/SPS_interval": int((step - last_step) / max(now - last_time, 1e-9)),
+                       **{f"perf/{phase}_seconds": s for phase, s in self.perf.items()}}
+            self.last_perf = (step, now)
             if self.device.type == "cuda":
                 scalars["perf/cuda_peak_bytes"] = torch.cuda.max_memory_allocated(self.device)
         for tag, value in scalars.items():
@@ -333,10 +325,13 @@ class Run:
         return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
 
     def progress(self, global_step: int, sps: int, fields: str, recent_returns) -> None:  # per --log-every-seconds
-        now = time.time()
-        if now - self.last_print >= self.args.log_every_seconds or global_step >= self.args.total_timesteps:
+        now, total = time.time(), self.args.total_timesteps
+        if now - self.last_print >= self.args.log_every_seconds or global_step >= total:
             self.last_print = now
-            print(progress_line(global_step, self.args.total_timesteps, sps, fields, recent_returns), flush=True)
+            minutes, seconds = divmod(int(max(total - global_step, 0) / max(sps, 1)), 60)  # the ETA
+            ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(f"step {global_step}/{total} | SPS {sps} | {fields} | return {ret} "
+                  f"| ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}", flush=True)
 
     def save(self, path: str, state: dict) -> None:
         atomic_torch_save(path, {**state, "train_seconds": self.train_seconds, "perf": dict(self.perf),
@@ -358,7 +353,8 @@ class Run:
             self._save_and_exit(self.checkpoint_path, state(), 128 + self.stop_signal[0],
                                 f"stopped by signal {self.stop_signal[0]} at global_step {global_step}; "
                                 f"resume with --resume {self.checkpoint_path}")
-        if (crossed(self.args.checkpoint_every, global_step - steps, global_step)
+        every = self.args.checkpoint_every  # 0: only at the end (and on a signal)
+        if (every > 0 and global_step // every > (global_step - steps) // every  # passed a multiple of it
                 or global_step >= self.args.total_timesteps):
             self.train_seconds += now - self.start_time
             self.start_time, self.start_step = now, global_step
@@ -389,11 +385,14 @@ class Run:
             self.writer.add_scalar("eval/mean_return", summary["mean"], global_step)
             print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
                   f"({summary['capped']} hit the step cap)")
-        args = self.args
-        atomic_write_json(os.path.join(self.dir, "eval_results.json"), {
-            "algo": self.script, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
-            "global_step": global_step, "total_timesteps": args.total_timesteps, "train_seconds": self.train_seconds,
-            "eval": summary, "args": vars(args)})
+            if 2 * summary["capped"] > summary["episodes"]:
+                print("warning: most evaluation episodes hit the step cap; their returns are those of games cut short")
+        args, path = self.args, os.path.join(self.dir, "eval_results.json")
+        with open(f"{path}.tmp", "w") as f:  # then renamed over it, like checkpoints: never a half-written file
+            json.dump({"algo": self.script, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
+                       "global_step": global_step, "total_timesteps": args.total_timesteps,
+                       "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)}, f, indent=2)
+        os.replace(f"{path}.tmp", path)
         self.writer.close()
         if args.track:
             sys.modules["wandb"].finish()

@@ -121,6 +121,8 @@ class Args:
     """parallel environments for the evaluation (each plays an equal share of the episodes)"""
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
+    eval_fire_after_life_loss: bool = True
+    """in games with FIRE, press it on the step after a lost life as training's resets do (off: the paper's eval)"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
@@ -141,7 +143,7 @@ NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
     "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
-    "bf16", "compile",
+    "eval_fire_after_life_loss", "bf16", "compile",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
@@ -384,9 +386,7 @@ class Rollout:
         return cls(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), rewards=zeros(), values=zeros(),
                    terminals=zeros(), ends=zeros(), valid=zeros())
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in vars(self).values())
+    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in vars(self).values()))
 
 
 def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
@@ -467,21 +467,27 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False):
-    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured."""
+def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
+             fire_after_life_loss=True):
+    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured. With
+    fire_after_life_loss, an env whose game has FIRE presses it on the step after it lost a life."""
     num_envs = min(num_envs, episodes)
     envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    fire = U.fire_action(env_id) if fire_after_life_loss else None  # envpool's reset does so in training
     quota = np.full(num_envs, episodes // num_envs)
     quota[: episodes % num_envs] += 1
-    finished = np.zeros(num_envs, dtype=np.int64)
-    ep_return = np.zeros(num_envs)
+    finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
     returns, lengths, capped = [], [], 0
-    obs, _ = envs.reset()
+    obs, info = envs.reset()
+    lives = info["lives"]
     while (finished < quota).any():
         with autocast(device, bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
-        actions, _ = select_actions(q_values, epsilon)
-        obs, reward, term, trunc, info = envs.step(actions.cpu().numpy())
+        actions = select_actions(q_values, epsilon)[0].cpu().numpy()
+        if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
+            actions = np.where(info["lives"] < lives, fire, actions)
+        lives = info["lives"]
+        obs, reward, term, trunc, info = envs.step(actions)
         ep_return += reward
         ended = term | trunc
         counted = ended & (finished < quota)
@@ -607,5 +613,5 @@ if __name__ == "__main__":
               f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
-                                            args.bf16)
+                                            args.bf16, args.eval_fire_after_life_loss)
     run.finish(global_step, returns, lengths, capped)

@@ -497,6 +497,15 @@ def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
+    noop = lambda obs: torch.eye(4)[0].expand(len(obs), -1)  # noqa: E731  a greedy policy that never fires
+    cpu = torch.device("cpu")
+    _, lengths, capped = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu)
+    assert capped == 0 and max(lengths) < 300
+    _, lengths, capped = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu, fire_after_life_loss=False)
+    assert capped == 2 and lengths == [600, 600]  # the paper's protocol: stalled after the first lost ball
+
+
 # ---------------------------------------------------------------- run safety: flag domains, resume, run directories
 FLOATS = sorted(f.name for f in dataclasses.fields(abs_btr.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.

@@ -410,6 +410,34 @@ def test_end_to_end_abs_moves_L_within_range(tmp_path):
     assert max(v for _, v in tags["charts/SPS"]) < 5 * mean_sps
 
 
+# ------------------------------------------------------------------ evaluation: whole games (shared with GNS)
+def never_fires(num_actions):
+    """A Q-network stand-in whose greedy action is always NOOP (index 0)."""
+    return lambda obs: torch.eye(num_actions)[0].expand(len(obs), -1)
+
+
+def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
+    cpu = torch.device("cpu")
+    returns, lengths, capped = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu)
+    assert len(returns) == len(lengths) == 3 and capped == 0 and max(lengths) < 300  # every lost ball relaunched
+    # The paper's protocol (--no-eval-fire-after-life-loss): after the first lost life the game stalls to the cap.
+    _, lengths, capped = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu,
+                                      fire_after_life_loss=False)
+    assert capped == 3 and lengths == [1000] * 3
+
+
+@pytest.mark.parametrize("env_id, num_actions", [("MsPacman-v5", 9), ("KungFuMaster-v5", 14)])
+def test_evaluation_of_a_game_without_fire_is_the_same_with_and_without_the_flag(env_id, num_actions):
+    results = []
+    for fire in (True, False):
+        torch.manual_seed(0)  # the same epsilon-greedy draws
+        results.append(pqn.evaluate(never_fires(num_actions), env_id, 2, 0.5, 2, 3000, 5, torch.device("cpu"),
+                                    fire_after_life_loss=fire))
+    (returns, lengths, capped), other = results
+    assert capped == 0 and max(lengths) < 3000  # the games ended: every life was lost, each a chance to differ
+    assert (returns, lengths, capped) == other and len(set(lengths)) == 2
+
+
 # Runs a script as __main__ with envpool.make wrapped: every step of the training envs (episodic_life=True)
 # records envpool's own game-over signals, so a test can count the games independently of the script.
 ENVPOOL_SPY = """

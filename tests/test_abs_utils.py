@@ -233,13 +233,20 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
 
 # ------------------------------------------------------------------ small helpers
-def test_crossed_progress_line_and_summary():
-    # crossed: a multiple of `every` in (before, after]; 0 never checkpoints between the end and signals.
-    assert U.crossed(500, 0, 512) and U.crossed(500, 512, 1024) and U.crossed(500, 999, 1000)
-    assert not U.crossed(500, 1000, 1499) and not U.crossed(500, 1024, 1100) and not U.crossed(0, 0, 10**9)
-    line = U.progress_line(1024, 4096, 512, "L 16 | eps 0.500", [1.0, 2.0])
+def progress_line(tmp_path, capsys, global_step, total_timesteps, sps, fields, recent_returns):
+    """The line Run.progress prints (it always prints at --log-every-seconds 0)."""
+    args, _ = parse(["--output-dir", str(tmp_path), "--run-name", "p", "--total-timesteps", str(total_timesteps)])
+    run = U.Run(args, None, SCRIPT, phases=("env",))
+    run.last_print = 0.0
+    run.progress(global_step, sps, fields, recent_returns)
+    run.lock.close()
+    return capsys.readouterr().out.strip()
+
+
+def test_progress_line_and_summary(tmp_path, capsys):
+    line = progress_line(tmp_path, capsys, 1024, 4096, 512, "L 16 | eps 0.500", [1.0, 2.0])
     assert line == "step 1024/4096 | SPS 512 | L 16 | eps 0.500 | return 1.5 | ETA 0:00:06"
-    assert U.progress_line(0, 10, 0, "x", []).endswith("| x | return n/a | ETA 0:00:10")
+    assert progress_line(tmp_path, capsys, 0, 10, 0, "x", []).endswith("| x | return n/a | ETA 0:00:10")
     s = U.summarize_eval([1.0, 3.0, 2.0], [10, 30, 20], 1)
     assert (s["episodes"], s["mean"], s["median"], s["min"], s["max"], s["capped"]) == (3, 2.0, 2.0, 1.0, 3.0, 1)
     assert s["std"] == pytest.approx(np.std([1, 3, 2])) and s["lengths"] == [10, 30, 20]
@@ -278,6 +285,7 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
     summary = run.finish(1000, [1.0, 3.0], [5, 6], 0)
     tags = scalars(run.dir)
     assert tags["charts/SPS"] == [(7, 100.0)] and tags["adapt/divergence"] == [(8, 0.25)]
+    assert [s for s, _ in tags["charts/SPS_interval"]] == [7]  # with the perf scalars only
     assert [s for s, _ in tags["perf/env_seconds"]] == [7] and tags["perf/update_seconds"] == [(7, 0.0)]
     assert tags["charts/episodic_return"] == [(8, 1.0), (8, 2.0)] and tags["charts/episodic_length"] == [(8, 10), (8, 20)]
     assert tags["eval/mean_return"] == [(1000, 2.0)] and not any(t.startswith("perf/cuda") for t in tags)
@@ -286,6 +294,45 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
                         "eval", "args"}
     assert res["algo"] == "toy" and res["eval"] == summary and res["args"]["run_name"] == "r"
     assert 0.02 <= res["train_seconds"] < 30
+
+
+def test_sps_interval_is_the_rate_since_the_previous_perf_log(tmp_path, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(U.time, "time", lambda: now[0])
+    run = new_run(tmp_path)
+    run.begin(1000)  # a resumed run's first interval starts at its checkpoint's step
+    now[0] = 110.0
+    run.log(2000, {"charts/SPS": 1}, perf=True)  # 1000 steps in 10 s
+    now[0] = 111.0
+    run.log(2200, {"adapt/divergence": 0.5})  # no perf: not an interval's end
+    now[0] = 112.0
+    run.log(3000, {"charts/SPS": 1}, perf=True)  # 1000 steps in 2 s (the cumulative rate: 2000 in 12 s)
+    run.writer.close()
+    assert scalars(run.dir)["charts/SPS_interval"] == [(2000, 100.0), (3000, 500.0)]
+
+
+@pytest.mark.parametrize("lengths, capped, warned", [
+    ([150, 150, 80], 2, True),  # more than half hit the cap
+    ([150, 150, 80, 90], 2, False),  # half is not more than half
+    ([150, 80, 90], 1, False),
+])
+def test_finish_warns_when_most_evaluation_episodes_hit_the_step_cap(tmp_path, capsys, lengths, capped, warned):
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.end_training()
+    run.finish(1000, [1.0] * len(lengths), lengths, capped)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1 - warned] == f"eval: mean 1.00 +- 0.00 over {len(lengths)} episodes ({capped} hit the step cap)"
+    warning = "warning: most evaluation episodes hit the step cap; their returns are those of games cut short"
+    assert [line for line in lines if line.startswith("warning:")] == ([warning] if warned else [])
+    assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]["capped"] == capped
+
+
+def test_fire_action_is_the_index_of_fire_in_the_games_minimal_action_set():
+    for env_id in ["Breakout-v5", "Pong-v5", "SpaceInvaders-v5", "MontezumaRevenge-v5", "BattleZone-v5"]:
+        assert U.fire_action(env_id) == 1, env_id
+    for game in ["Asterix", "CrazyClimber", "Freeway", "KungFuMaster", "MsPacman", "Skiing", "Surround", "Tutankham"]:
+        assert U.fire_action(f"{game}-v5") is None, game
 
 
 def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_path):
@@ -308,9 +355,19 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
     resumed = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))
     resumed.begin(checkpoint["global_step"])
     assert resumed.dir == run.dir and resumed.train_seconds == 42.0 and resumed.perf == {"env": 1.5, "update": 0.0}
+    resumed.checkpoint(199, 71, lambda: {"global_step": 199, "iteration": 2})  # no multiple of 100 in (128, 199]
+    assert U.load_checkpoint(resumed.checkpoint_path, SCRIPT)["global_step"] == 128
+    resumed.checkpoint(200, 1, lambda: {"global_step": 200, "iteration": 3})  # 200 in (199, 200]
+    assert U.load_checkpoint(resumed.checkpoint_path, SCRIPT)["global_step"] == 200
     resumed.checkpoint(2000, 64, lambda: {"global_step": 2000, "iteration": 9})  # the end is always checkpointed
     assert U.load_checkpoint(resumed.checkpoint_path, SCRIPT)["global_step"] == 2000
     resumed.writer.close()
+    resumed.lock.close()
+    never = new_run(tmp_path / "never", ["--checkpoint-every", "0"])  # 0: only at the end
+    never.begin(0)
+    never.checkpoint(500, 500, lambda: {"global_step": 500, "iteration": 1})
+    assert not os.path.exists(never.checkpoint_path)
+    never.writer.close()
 
 
 def test_a_stop_signal_checkpoints_and_exits_128_plus_n(tmp_path, capsys):
@@ -432,7 +489,6 @@ def test_flag_types_of_a_checkpoint():
     assert not U.is_a("cubic", Literal["log", "linear"]) and not U.is_a(2.5, int)
 
 
-def test_eta_of_a_huge_run_does_not_overflow():
-    assert U.progress_line(0, 10**30, 1, "x", []).endswith("| ETA 277777777777777790000000000:46:40") or \
-        "ETA 2777777777777777" in U.progress_line(0, 10**30, 1, "x", [])
-    assert U.progress_line(0, 3 * 3600 + 61, 1, "x", []).endswith("| ETA 3:01:01")
+def test_eta_of_a_huge_run_does_not_overflow(tmp_path, capsys):
+    assert "| ETA 2777777777777777" in progress_line(tmp_path, capsys, 0, 10**30, 1, "x", [])
+    assert progress_line(tmp_path, capsys, 0, 3 * 3600 + 61, 1, "x", []).endswith("| ETA 3:01:01")

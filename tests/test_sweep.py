@@ -724,7 +724,7 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
     acc.Reload()
     assert [e.step for e in acc.Scalars("charts/SPS")] == [32]  # one run's row, not [32, 32] from two runs
     log = (root / "atari10-batches" / "ABS" / "logs" / "Pong-v5__1.log").read_text()
-    assert "resumed" in log and "warning" not in log and (abs_dir / "eval_results.json").exists()
+    assert "resumed" in log and "ignoring" not in log and (abs_dir / "eval_results.json").exists()
     out = sweep_cli("status", "atari10-batches", "--root", str(root))  # the full-length grid: not done
     assert re.search(r"ABS\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+1", out.stdout), out.stdout
 
