@@ -378,6 +378,10 @@ class ReplayBuffer:
                                                          np.zeros(self.E, bool))
 
     nbytes = property(lambda self: sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes)
+
+    @staticmethod
+    def bytes_needed(buffer_size: int) -> int:  # nbytes before allocating: a frame, 9 bytes of fields, the tree
+        return buffer_size * (84 * 84 + 9) + 16 * (1 << max(buffer_size - 1, 0).bit_length())
     num_transitions = property(lambda self: min(self.rows_written, self.T) * self.E)  # stored, sampleable or not
 
     def add(self, frames, actions, rewards, terminated, truncated, game_over):
@@ -724,18 +728,21 @@ def flag_problems(a: Args):
     yield (a.divergence_offset is None or a.divergence_offset >= 0,
            f"--divergence-offset must be >= 0, got {a.divergence_offset!r}")
     yield is_atari(a.env_id), f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"
-    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_size_min",
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "buffer_size", "batch_size", "batch_size_min",
                            "batch_size_max", "batch_size_multiple", "adapt_freq", "divergence_span", "window",
                            "ref_batch_size", "n_step", "num_tau", "num_cosines", "hidden_size",
-                           "target_network_frequency", "scalar_every", "eval_num_envs", "eval_max_episode_steps")
+                           "target_network_frequency", "scalar_every")
+    yield from U.in_domain(a, "in [1, 2^31)", "num_envs", "eval_num_envs", "eval_max_episode_steps")
     yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "learning_starts",
-                           "exploration_steps", "maxpool_size", "noisy_sigma0", "per_alpha")
-    yield from U.in_domain(a, "> 0", "learning_rate", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau",
+                           "exploration_steps", "maxpool_size", "noisy_sigma0")
+    yield from U.in_domain(a, "> 0", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau",
                            "model_size")
     yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta")
-    yield from U.in_domain(a, "in [0, 1]", "start_e", "end_e", "eval_epsilon", "per_beta", "munchausen_alpha",
-                           "epsilon_off_fraction")
+    yield (0 < a.learning_rate <= 1e37, "--learning-rate must be in (0, 1e37] (Adam's first step is 10 x the rate, "
+           f"a float32), got {a.learning_rate!r}")
+    yield from U.in_domain(a, "in [0, 1]", "start_e", "end_e", "eval_epsilon", "per_alpha", "per_beta",
+                           "munchausen_alpha", "epsilon_off_fraction")
     yield a.munchausen_clip <= 0, f"--munchausen-clip must be <= 0, got {a.munchausen_clip!r}"
     yield (not a.impala or int(16 * a.model_size) >= 1,
            f"--model-size must give at least one channel (>= 1/16), got {a.model_size}")
@@ -754,6 +761,23 @@ def flag_problems(a: Args):
            f"--divergence-span ({a.divergence_span}) must be <= --adapt-freq ({a.adapt_freq})")
     yield (0.0 < a.divergence_low < a.divergence_high <= 1.0, "--divergence-low and --divergence-high must satisfy "
            f"0 < low < high <= 1, got {a.divergence_low} and {a.divergence_high}")
+    B, flag = (a.batch_size_max, "--batch-size-max") if a.adapt else (a.batch_size, "--batch-size")
+    yield B <= a.buffer_size, f"{flag} ({B}) must be <= --buffer-size ({a.buffer_size}), which it samples from"
+    yield U.memory_problem(f"the replay buffer (--buffer-size {a.buffer_size})",
+                           lambda: ReplayBuffer.bytes_needed(a.buffer_size), False)
+    yield U.memory_problem(f"training (--model-size {a.model_size}, --num-tau {a.num_tau}, {flag} {B})",
+                           lambda: training_bytes(a, B), a.cuda)
+
+
+def training_bytes(a: Args, B: int) -> int:
+    """A lower bound on the device memory of training, from the flags: the online and target networks with Adam's
+    gradient and two moments (5 copies of the parameters), a batch's observations and its IQN embeddings (three
+    forward passes of [B, num_tau, features] float32)."""
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        network = BTRNetwork(18, a)  # 18: the full Atari action set, the most a game has
+    features = network.cos_embedding.out_features if a.iqn else 0
+    return (5 * sum(p.numel() * p.element_size() for p in network.parameters())
+            + B * (2 * FRAME_STACK * 84 * 84 + 3 * a.num_tau * features * 4))
 
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:

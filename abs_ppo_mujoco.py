@@ -13,13 +13,16 @@ Reading order: Args; the paper's method (the ABS schedule and the divergences, t
 normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
 """
 import copy
+import functools
 import math
 import os
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Literal, Optional
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 import torch.nn as nn
@@ -329,6 +332,8 @@ class Rollout:
         shapes = {"obs": (obs_dim,), "actions": (act_dim,), "logprobs": (), "rewards": (), "dones": (), "values": ()}
         return cls(**{name: torch.zeros((L_max, num_envs) + shape, device=device) for name, shape in shapes.items()})
 
+    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in vars(self).values()))
+
 
 def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):
     """CleanRL's clipped-surrogate epochs over --num-minibatches minibatches; returns the loss statistics."""
@@ -404,23 +409,39 @@ def make_envs(env_id, num_envs, gamma):
 
 
 # ================================================================ this script's flags, normalisation and evaluation
-def is_mujoco(env_id: str) -> bool:
+@functools.lru_cache
+def mujoco_dims(env_id: str) -> Optional[tuple[int, int]]:
+    """(observation size, action size) of a gymnasium MuJoCo env that can be made here, else None (v2 and v3 ids
+    exist in gymnasium's registry but need mujoco-py)."""
+    # Silently: gymnasium's -v4 notice and MuJoCo's compiler warnings are printed later, when the run makes its envs.
+    mujoco.set_mju_user_warning(lambda text: None)
     try:
-        return "mujoco" in str(gym.spec(env_id).entry_point)
+        if not str(gym.spec(env_id).entry_point).startswith("gymnasium.envs.mujoco."):
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(env_id)
+        env.close()
+        return int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     except Exception:
-        return False
+        return None
+    finally:
+        mujoco.set_mju_user_warning(None)
 
 
 def flag_problems(a: Args):
     """(ok, message) rows after abs_utils.common_problems; one-flag rows first, so later rows may divide by them."""
-    yield is_mujoco(a.env_id), f"--env-id must be a gymnasium MuJoCo id such as HalfCheetah-v4, got {a.env_id!r}"
+    yield (mujoco_dims(a.env_id) is not None, "--env-id must be a gymnasium MuJoCo id that can be made here, such as "
+           f"HalfCheetah-v4 (-v4 or -v5), got {a.env_id!r}")
     yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
                            "num_steps_max", "adapt_freq", "window", "ref_batch_size", "update_epochs",
                            "epochs_ref_steps", "min_update_epochs")
     yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads",
                            "ent_coef", "vf_coef")
-    yield from U.in_domain(a, "> 0", "learning_rate", "clip_coef", "max_grad_norm", "kl_low")
+    yield from U.in_domain(a, "> 0", "clip_coef", "max_grad_norm", "kl_low")
+    yield (0 < a.learning_rate <= 1e37, "--learning-rate must be in (0, 1e37] (Adam's first step is 10 x the rate, "
+           f"a float32), got {a.learning_rate!r}")
     yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta", "ess_low", "ess_high")  # 1 - ESS/n lies in [0, 1]
     yield from U.in_domain(a, "in [0, 1]", "gae_lambda")
     yield (a.num_steps_min <= a.num_steps_max,
@@ -435,6 +456,9 @@ def flag_problems(a: Args):
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
     yield (a.num_envs * (lo if a.adapt else a.num_steps) >= 2 * a.num_minibatches,
            f"--num-minibatches ({a.num_minibatches}) leaves fewer than 2 transitions per minibatch")
+    L_max, flags = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")
+    yield U.memory_problem(f"the rollout storage ({flags} {L_max} x --num-envs {a.num_envs})",
+                           lambda: Rollout.allocate(L_max, a.num_envs, *mujoco_dims(a.env_id), "meta").nbytes, a.cuda)
 
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
@@ -516,7 +540,7 @@ if __name__ == "__main__":
                              args.burn_in, multiple=args.num_minibatches if args.adapt else 1)
     mean_tag, bar_name = ("adapt/divergence_ess_mean", "ess_bar") if use_ess else ("adapt/kl_mean", "kl_bar")
     rollout = Rollout.allocate(L_max, E, obs_dim, act_dim, device)  # rollout.obs[t]: step t
-    storage_bytes = sum(t.numel() * t.element_size() for t in vars(rollout).values())
+    storage_bytes = rollout.nbytes
 
     global_step, iteration, L_moved = 0, 0, False  # L_moved: L has left L_min (--base-epochs-in-burn-in)
     if checkpoint is not None:

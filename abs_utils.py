@@ -41,7 +41,8 @@ def flag_of(name: str) -> str:
 
 
 DOMAINS = {">= 0": lambda v: v >= 0, ">= 1": lambda v: v >= 1, "> 0": lambda v: v > 0,
-           "in [0, 1]": lambda v: 0 <= v <= 1, "in (0, 1]": lambda v: 0 < v <= 1}
+           "in [0, 1]": lambda v: 0 <= v <= 1, "in (0, 1]": lambda v: 0 < v <= 1,
+           "in [1, 2^31)": lambda v: 1 <= v < 2**31}  # the last: counts that envpool takes as int32
 
 
 def in_domain(args, domain: str, *names: str) -> Iterator[tuple[bool, str]]:
@@ -49,6 +50,26 @@ def in_domain(args, domain: str, *names: str) -> Iterator[tuple[bool, str]]:
     for name in names:
         value = getattr(args, name)
         yield DOMAINS[domain](value), f"{flag_of(name)} must be {domain}, got {value!r}"
+
+
+def memory_problem(what: str, nbytes: Callable[[], int], cuda: bool) -> tuple[bool, str]:
+    """(ok, message): storage of nbytes() bytes (its estimate from the flags; an overflow counts as too many) fits
+    in the free memory of the GPU it goes to (--cuda with a GPU) or else in the available RAM."""
+    try:
+        need = float(nbytes())
+    except (RuntimeError, OverflowError, ValueError, TypeError):  # torch's size overflow is a TypeError
+        need = math.inf
+    if cuda and torch.cuda.is_available():
+        free, where = torch.cuda.mem_get_info()[0], "free GPU memory"
+    else:
+        try:  # Linux's MemAvailable: what can be allocated without swapping; elsewhere the physical memory
+            with open("/proc/meminfo") as f:
+                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration):
+            free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        where = "available RAM"
+    size = f"{need / 2**30:.1f} GiB" if need < 2**63 else "over 2^63 bytes"
+    return need <= free, f"{what} needs {size}, more than the {free / 2**30:.1f} GiB of {where}"
 
 
 def has_cxx() -> bool:  # for torch.compile's kernels

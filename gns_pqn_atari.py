@@ -436,9 +436,9 @@ def flag_problems(a: Args):
     """(ok, message) rows for this script's flags, checked in order after abs_utils.common_problems (the first
     failing row is the error); one-flag rows come first, so that the rows relating several flags may divide by them."""
     yield is_atari(a.env_id), f"--env-id must be an envpool Atari id such as Breakout-v5, got {a.env_id!r}"
-    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_envs", "num_minibatches", "num_steps", "num_steps_min",
-                           "num_steps_max", "gns_freq", "update_epochs", "epochs_ref_steps", "eval_num_envs",
-                           "eval_max_episode_steps")
+    yield from U.in_domain(a, ">= 1", "total_timesteps", "num_minibatches", "num_steps", "num_steps_min",
+                           "num_steps_max", "gns_freq", "update_epochs", "epochs_ref_steps")
+    yield from U.in_domain(a, "in [1, 2^31)", "num_envs", "eval_num_envs", "eval_max_episode_steps")
     yield (a.gns_micro_batches >= 2, "--gns-micro-batches must be >= 2 (tr(S) is a spread of micro-batch gradients), "
            f"got {a.gns_micro_batches!r}")
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes")
@@ -457,6 +457,10 @@ def flag_problems(a: Args):
            f"--gns-micro-batches ({a.gns_micro_batches}) so that every L in [L_min, L_max] splits evenly")
     yield (a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0, "the batch --num-envs x --num-steps "
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
+    obs_shape = envpool.make_spec(a.env_id).observation_space.shape  # (4, 84, 84): the stacked frames
+    L_max, flags = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")
+    yield U.memory_problem(f"the rollout storage ({flags} {L_max} x --num-envs {a.num_envs})",
+                           lambda: Rollout.allocate(L_max, a.num_envs, obs_shape, "meta").nbytes, a.cuda)
     yield (not a.compile or U.has_cxx(),
            "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found")
 

@@ -183,6 +183,22 @@ def tiny_args(**kw):
     return abs_btr.Args(**{"model_size": 0.25, "hidden_size": 16, "num_tau": 4, "num_cosines": 8, **kw})
 
 
+@pytest.mark.parametrize("buffer_size, num_envs", [(64, 8), (100, 4), (4096, 8), (1000, 1)])
+def test_replay_bytes_needed_is_the_allocated_buffer(buffer_size, num_envs):
+    replay = abs_btr.ReplayBuffer(buffer_size, num_envs, 3, 0.99, alpha=0.2)
+    assert abs_btr.ReplayBuffer.bytes_needed(buffer_size) == replay.nbytes
+
+
+@pytest.mark.parametrize("kw", [{}, {"impala": False}, {"iqn": False}, {"model_size": 1.0, "maxpool_size": 6}])
+def test_training_bytes_counts_five_copies_of_the_real_parameters_plus_the_batch(kw):
+    args = tiny_args(**kw)
+    network = abs_btr.BTRNetwork(18, args)
+    params = sum(p.numel() for p in network.parameters()) * 4
+    assert abs_btr.training_bytes(args, 0) == 5 * params  # built on the meta device: the same shapes
+    features = network.cos_embedding.out_features if args.iqn else 0
+    assert abs_btr.training_bytes(args, 10) - 5 * params == 10 * (2 * 4 * 84 * 84 + 3 * args.num_tau * features * 4)
+
+
 def test_noisy_layers_noise_off_is_deterministic_and_resampling_changes_outputs():
     torch.manual_seed(0)
     layer = abs_btr.NoisyLinear(6, 3)
@@ -405,6 +421,17 @@ def scalars(run_dir):
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(tmp_path):
+    p = run([*TINY, "--no-impala", "--total-timesteps", "2000", "--learning-rate", "1e30", "--output-dir", "runs",
+             "--run-name", "nan"], tmp_path)
+    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: non-finite loss or gradient"), p.stderr
+    failed = torch.load(tmp_path / "runs" / "nan" / "checkpoint_nonfinite.pt", weights_only=False)
+    assert all(torch.isfinite(v).all() for v in failed["q_network"].values())  # saved before the failing step
+    assert 400 <= failed["global_step"] < 2000 and not (tmp_path / "runs" / "nan" / "eval_results.json").exists()
+
+
 def test_abs_run_then_resume_with_buffer(tmp_path):
     p = run([*TINY, "--no-impala", "--total-timesteps", "720", "--checkpoint-buffer", "--output-dir", "runs",
              "--run-name", "abs"], tmp_path)
@@ -546,6 +573,15 @@ BAD_INPUTS = [
     (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
     (["--track"], "--track"), (["--schedule", "cubic"], "--schedule"), (["--env-id", "HalfCheetah-v5"], "--env-id"),
     (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    # Past envpool's int32, a rate whose Adam step overflows float32, storage larger than any memory
+    (["--num-envs", "3000000000"], "--num-envs"), (["--eval-num-envs", "3000000000"], "--eval-num-envs"),
+    (["--eval-max-episode-steps", "3000000000"], "--eval-max-episode-steps"),
+    (["--learning-rate", "1e38"], "--learning-rate"), (["--learning-rate", "2e37"], "--learning-rate"),
+    (["--per-alpha", "1e38"], "--per-alpha"), (["--per-alpha", "1.5"], "--per-alpha"),
+    (["--buffer-size", str(2**40)], "--buffer-size"), (["--num-tau", "1000000000"], "--num-tau"),
+    (["--impala", "--model-size", "1e38"], "--model-size"), (["--impala", "--model-size", "1000"], "--model-size"),
+    (["--batch-size-max", "1048576"], "--batch-size-max"),
+    (["--no-adapt", "--batch-size", "8192"], "--batch-size"),  # SAFE's buffer holds 4096
     *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
       for value in ("nan", "inf", "-inf")],
 ]

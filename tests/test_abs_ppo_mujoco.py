@@ -303,6 +303,14 @@ def test_rollout_storage_is_named_tensors_at_L_max():
     assert rollout.obs.shape == (256, 2, 11) and rollout.actions.shape == (256, 2, 3)
     assert all(getattr(rollout, name).shape == (256, 2) for name in ("logprobs", "rewards", "dones", "values"))
     assert all(t.dtype == torch.float32 and not t.any() for t in vars(rollout).values())
+    # The flag check estimates the storage on the meta device, allocating nothing: the same bytes.
+    assert rollout.nbytes == 256 * 2 * (11 + 3 + 4) * 4 == ppo.Rollout.allocate(256, 2, 11, 3, "meta").nbytes
+
+
+def test_mujoco_dims_are_the_envs_sizes_and_none_for_ids_that_cannot_be_made():
+    assert ppo.mujoco_dims("Hopper-v4") == (11, 3) and ppo.mujoco_dims("HalfCheetah-v5") == (17, 6)
+    for env_id in ("HalfCheetah-v3", "Hopper-v2", "CartPole-v1", "Pendulum-v1", "NoSuchEnv-v0"):
+        assert ppo.mujoco_dims(env_id) is None, env_id  # v2/v3 are registered but need mujoco-py
 
 
 # ---------------------------------------------------------------- environments and normalisation
@@ -574,6 +582,17 @@ def test_end_to_end_no_adapt_track_divergence_logs_both(tmp_path):
     assert [s for s, _ in sc["adapt/divergence_ess_mean"]] == steps and "adapt/kl_mean" not in sc
 
 
+def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(tmp_path):
+    # 1e30 is within Adam's float32 step (--learning-rate <= 1e37), and the first update's step ruins the weights.
+    p = run_script([*TINY, "--learning-rate", "1e30", "--output-dir", str(tmp_path), "--run-name", "nan"])
+    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: non-finite PPO loss or gradient"), p.stderr
+    failed = torch.load(tmp_path / "nan" / "checkpoint_nonfinite.pt", weights_only=False)
+    assert all(torch.isfinite(v).all() for v in failed["agent"].values())  # saved before the failing step
+    assert 0 < failed["global_step"] < 2000 and not (tmp_path / "nan" / "eval_results.json").exists()
+
+
 def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     run_dir, _ = abs_run
     copy_dir = tmp_path / "abs"
@@ -685,6 +704,10 @@ BAD_INPUTS = [
     (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
     (["--track"], "--track"), (["--schedule", "cubic"], "--schedule"), (["--env-id", "Breakout-v5"], "--env-id"),
     (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    (["--env-id", "HalfCheetah-v3"], "--env-id"), (["--env-id", "Hopper-v2"], "--env-id"),  # need mujoco-py
+    (["--learning-rate", "1e38"], "--learning-rate"), (["--learning-rate", "4e37"], "--learning-rate"),
+    (["--num-steps-max", "10000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
+    (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
     *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
       for value in ("nan", "inf", "-inf")],
 ]

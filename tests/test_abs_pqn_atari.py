@@ -698,6 +698,11 @@ BAD_INPUTS = [
     (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
     (["--track"], "--track"), (["--network", "resnet"], "--network"), (["--schedule", "cubic"], "--schedule"),
     (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    # Past envpool's int32, storage larger than any machine's memory
+    (["--num-envs", "3000000000"], "--num-envs"), (["--eval-num-envs", "3000000000"], "--eval-num-envs"),
+    (["--eval-max-episode-steps", "3000000000"], "--eval-max-episode-steps"),
+    (["--num-steps-max", "1000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
+    (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
     *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
       for value in ("nan", "inf", "-inf")],
 ]

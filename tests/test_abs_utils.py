@@ -4,6 +4,7 @@ checkpoints, signals, the non-finite stop, results). The scripts' own tests run 
 import dataclasses
 import json
 import os
+import re
 import random
 import signal
 import subprocess
@@ -326,6 +327,20 @@ def test_finish_warns_when_most_evaluation_episodes_hit_the_step_cap(tmp_path, c
     warning = "warning: most evaluation episodes hit the step cap; their returns are those of games cut short"
     assert [line for line in lines if line.startswith("warning:")] == ([warning] if warned else [])
     assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]["capped"] == capped
+
+
+def test_memory_problem_compares_the_estimate_with_the_available_memory():
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    ok, message = U.memory_problem("the rollout storage (--num-steps-max 8)", lambda: 2**20, cuda=False)
+    assert ok and message.startswith("the rollout storage (--num-steps-max 8) needs 0.0 GiB, more than the ")
+    ok, message = U.memory_problem("the buffer", lambda: 3 * 2**50, cuda=False)
+    assert not ok and re.fullmatch(r"the buffer needs 3145728\.0 GiB, more than the [0-9.]+ GiB of available RAM",
+                                   message), message
+    assert abs(float(message.split("than the ")[1].split()[0]) - available / 2**30) < 2  # it is MemAvailable
+    for overflowing in (lambda: 10**400, lambda: torch.empty(2**62, 2**62, device="meta").numel()):
+        ok, message = U.memory_problem("x", overflowing, cuda=False)
+        assert not ok and message.startswith("x needs over 2^63 bytes, more than the "), message
 
 
 def test_fire_action_is_the_index_of_fire_in_the_games_minimal_action_set():
