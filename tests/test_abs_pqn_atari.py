@@ -9,6 +9,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -562,6 +563,24 @@ def test_sigterm_checkpoints_and_resume_finishes(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "s" / "eval_results.json").read_text())
     assert res["global_step"] >= ckpt["global_step"] + 300 and res["eval"]["episodes"] == 1
+
+
+def test_two_quick_sigterms_still_checkpoint_and_exit_143(tmp_path):
+    """A cluster or a double Ctrl-C: the second signal arrives while the first is being handled."""
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "10000000", "--run-name", "twice",
+                             "--checkpoint-every", "0", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=ENV)
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("step "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "Traceback" not in out and "resume with --resume" in out
+    ckpt = torch.load(tmp_path / "twice" / "checkpoint.pt", weights_only=False)
+    assert ckpt["global_step"] > 0 and ckpt["args"]["run_name"] == "twice"
 
 
 def test_non_finite_loss_stops_with_checkpoint(tmp_path):
