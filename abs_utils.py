@@ -278,7 +278,9 @@ class Run:
             self.lock = open(os.path.join(self.dir, ".lock"), "a")
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            print(f"error: {'--resume' if checkpoint is not None else '--run-name'}: {self.dir} " + (
+            flag = ("--resume" if checkpoint is not None else "--run-name" if os.path.isdir(args.output_dir)
+                    else "--output-dir")  # the folder could not be created
+            print(f"error: {flag}: {self.dir} " + (
                 "is in use by another live run" if isinstance(e, BlockingIOError) else f"cannot be written "
                 f"({e.strerror})"), file=sys.stderr)
             sys.exit(2)
