@@ -408,35 +408,15 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 @torch.no_grad()
 def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
              fire_after_life_loss=True):
-    """Play `episodes` whole games; each env plays a fixed quota so that short games are not favoured. With
-    fire_after_life_loss, an env whose game has FIRE presses it on the step after it lost a life."""
-    num_envs = min(num_envs, episodes)
-    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
-    fire = U.fire_action(env_id) if fire_after_life_loss else None  # envpool's reset does so in training
-    quota = np.full(num_envs, episodes // num_envs)
-    quota[: episodes % num_envs] += 1
-    finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
-    returns, lengths, capped = [], [], 0
-    obs, info = envs.reset()
-    lives = info["lives"]
-    while (finished < quota).any():
+    """`episodes` whole games, epsilon-greedy, by abs_utils.play_atari_games; fire_after_life_loss presses FIRE on
+    the step after a lost life in games that have it (a difference from the paper: see the README)."""
+    def act(obs):
         with autocast(device, bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
-        actions = select_actions(q_values, epsilon)[0].cpu().numpy()
-        if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
-            actions = np.where(info["lives"] < lives, fire, actions)
-        lives = info["lives"]
-        obs, reward, term, trunc, info = envs.step(actions)
-        ep_return += reward
-        ended = term | trunc
-        counted = ended & (finished < quota)
-        returns += ep_return[counted].tolist()
-        lengths += info["elapsed_step"][counted].tolist()
-        capped += int((counted & trunc & ~term).sum())
-        finished += ended
-        ep_return[ended] = 0.0
-    envs.close()
-    return returns, lengths, capped
+        return select_actions(q_values, epsilon)[0].cpu().numpy()
+
+    envs = make_envs(env_id, min(num_envs, episodes), seed, train=False, max_episode_steps=max_episode_steps)
+    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None)
 
 
 if __name__ == "__main__":

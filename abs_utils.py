@@ -259,6 +259,35 @@ def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game
     return next((i for i, a in enumerate(ale.getMinimalActionSet()) if a == Action.FIRE), None)
 
 
+def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int]):
+    """(returns, lengths, capped) of `episodes` whole games on envpool Atari envs, act(obs) -> actions. Each env
+    plays a fixed quota, so that short games are not favoured; with `fire` (FIRE's index), an env presses it on the
+    step after it lost a life, as envpool's reset does in training."""
+    num_envs = envs.config["num_envs"]
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[: episodes % num_envs] += 1
+    finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
+    returns, lengths, capped = [], [], 0
+    obs, info = envs.reset()
+    lives = info["lives"]
+    while (finished < quota).any():
+        actions = act(obs)
+        if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
+            actions = np.where(info["lives"] < lives, fire, actions)
+        lives = info["lives"]
+        obs, reward, term, trunc, info = envs.step(actions)
+        ep_return += reward
+        ended = term | trunc
+        counted = ended & (finished < quota)
+        returns += ep_return[counted].tolist()
+        lengths += info["elapsed_step"][counted].tolist()
+        capped += int((counted & trunc & ~term).sum())
+        finished += ended
+        ep_return[ended] = 0.0
+    envs.close()
+    return returns, lengths, capped
+
+
 # ================================================================ the run and its records
 class NonFiniteLoss(RuntimeError):
     """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
