@@ -234,8 +234,13 @@ class ABSScheduler:
         self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
         self.L, self.num_measurements = float(L_min), 0
 
-    delta_bar = property(lambda self: float(np.mean(self.history)) if self.history else float("nan"))  # window mean
-    num_steps = property(lambda self: round_half_up(self.L))  # the rounded L
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        return round_half_up(self.L)
 
     def record(self, delta: float) -> None:
         """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
@@ -377,12 +382,18 @@ class ReplayBuffer:
         self.fresh, self.prev_end, self.prev_game_end = (np.ones(self.E, bool), np.zeros(self.E, bool),
                                                          np.zeros(self.E, bool))
 
-    nbytes = property(lambda self: sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes)
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, k).nbytes for k in self.FIELDS) + self.tree.tree.nbytes
 
     @staticmethod
-    def bytes_needed(buffer_size: int) -> int:  # nbytes before allocating: a frame, 9 bytes of fields, the tree
+    def bytes_needed(buffer_size: int) -> int:
+        """nbytes before allocating: per transition a frame and 9 bytes of fields, and the float64 sum tree."""
         return buffer_size * (84 * 84 + 9) + 16 * (1 << max(buffer_size - 1, 0).bit_length())
-    num_transitions = property(lambda self: min(self.rows_written, self.T) * self.E)  # stored, sampleable or not
+
+    @property
+    def num_transitions(self) -> int:  # stored, sampleable or not
+        return min(self.rows_written, self.T) * self.E
 
     def add(self, frames, actions, rewards, terminated, truncated, game_over):
         """Write one vectorised step (frames [E, 84, 84]: newest frame of the observation the actions were taken on)."""

@@ -332,7 +332,9 @@ class Rollout:
         shapes = {"obs": (obs_dim,), "actions": (act_dim,), "logprobs": (), "rewards": (), "dones": (), "values": ()}
         return cls(**{name: torch.zeros((L_max, num_envs) + shape, device=device) for name, shape in shapes.items()})
 
-    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in vars(self).values()))
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
 def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, epochs, args):

@@ -185,8 +185,13 @@ class ABSScheduler:
         self.history, self.burn_in = deque(maxlen=window), window if burn_in is None else burn_in
         self.L, self.num_measurements = float(L_min), 0
 
-    delta_bar = property(lambda self: float(np.mean(self.history)) if self.history else float("nan"))  # window mean
-    num_steps = property(lambda self: round_half_up(self.L))  # the rounded L
+    @property
+    def delta_bar(self) -> float:
+        return float(np.mean(self.history)) if self.history else float("nan")
+
+    @property
+    def num_steps(self) -> int:
+        return round_half_up(self.L)
 
     def record(self, delta: float) -> None:
         """Keep a measurement for the window mean without moving L (the fixed-batch baselines' logs)."""
@@ -324,7 +329,9 @@ class Rollout:
         return cls(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), rewards=zeros(), values=zeros(),
                    terminals=zeros(), ends=zeros(), valid=zeros())
 
-    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in vars(self).values()))
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
 def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,

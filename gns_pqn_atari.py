@@ -386,7 +386,9 @@ class Rollout:
         return cls(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), rewards=zeros(), values=zeros(),
                    terminals=zeros(), ends=zeros(), valid=zeros())
 
-    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in vars(self).values()))
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
 def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
