@@ -865,6 +865,43 @@ def adapt_figure(data, out, bins):
     return save(fig, out, "adapt", ["tag", "label", "step", "mean", "min", "max", "n_runs"], rows)
 
 
+ADAPT_BY_GAME_MAX = 6  # games: past this a panel per game is unreadable (Atari: 57), adapt.png alone is drawn
+
+
+def divergence_tag(run: Run) -> str | None:
+    """The divergence the run's schedule used, among the tags it logged (read_run keeps only that one)."""
+    return next((t for t in DIVERGENCE_TAGS if t in run.scalars and len(run.scalars[t][0])), None)
+
+
+def adapt_by_game_figure(data, games, out, bins):
+    """The schedule's path per game, which adapt.png averages over games: for each ABS label (is_abs_run), its
+    divergence δ (top row) and its batch size (bottom row), mean over seeds, shaded min–max. None with more than
+    ADAPT_BY_GAME_MAX games or no ABS run."""
+    abs_runs = {lb: {g: [r for r in by_game.get(g, {}).values() if is_abs_run(r)] for g in games}
+                for lb, by_game in data.items()}
+    games = [g for g in games if any(by_game[g] for by_game in abs_runs.values())]
+    if not games or len(games) > ADAPT_BY_GAME_MAX:
+        return None
+    fig, axes = plt.subplots(2, len(games), figsize=(4.5 * len(games), 6.8 + 0.4), squeeze=False)
+    fig.suptitle("Batch-size controller per game: mean over seeds, shaded min–max")
+    rows = []
+    for col, game in enumerate(games):
+        for row, (what, tag_of) in enumerate((("divergence", divergence_tag), ("batch size", size_tag))):
+            ax, units = axes[row][col], set()
+            for i, lb in enumerate(data):  # the colours of the other figures: one per label, in label order
+                runs = abs_runs[lb][game]
+                for tag in sorted({tag_of(r) for r in runs} - {None}):
+                    c = curve_rows([r for r in runs if tag_of(r) == tag], tag, bins)
+                    if c is not None:
+                        plot_band(ax, lb, f"C{i}", c)
+                        units.add(UNITS[tag])
+                        rows += [[game, tag, lb, *map(float, x[:4]), int(x[4])] for x in zip(*c)]
+            ax.set(title=f"{game}: {what}", xlabel="environment steps",
+                   ylabel=units.pop() if len(units) == 1 else what)
+            legend_or_note(ax, f"no {what} events")
+    return save(fig, out, "adapt_by_game", ["game", "tag", "label", "step", "mean", "min", "max", "n_runs"], rows)
+
+
 def improvement_figure(rates, out):
     """Bars of the paper's improvement rate per game, its mean and its median, one colour per compared pair."""
     games = sorted({g for r in rates.values() for g in r["paper"]}) + ["mean", "median"]
@@ -1206,6 +1243,9 @@ def figures_section(data, games, agg, rates, out, bins) -> list[str]:
         t in r.scalars for g in d.values() for r in g.values() for t in (*DIVERGENCE_TAGS, *SIZE_TAGS))]
     if adapt and no_adapt:
         figures.append(f"no adapt/* tags for {', '.join(no_adapt)} (fixed batch): not in `adapt.png`")
+    by_game = adapt_by_game_figure(data, games, out, bins)
+    if by_game:
+        figures.append(by_game + ": the ABS runs' divergence and batch size, one column per game")
     if rates:
         figures.append(improvement_figure(rates, out))
     if agg:

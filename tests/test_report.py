@@ -267,6 +267,43 @@ def test_burn_in_share_from_event_files(tmp_path):
                                               "(W = 3), not a burn-in at one L"]
 
 
+def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
+    """One column per game, each ABS run's divergence and L, mean and min-max over seeds in 50 bins of 200 steps
+    (10,000 steps): on Hopper seed 1's L is [16, 16, 20, 24, 27, 30, 32] and seed 2's [16, 16, 16, 16, 19, 22, 25]
+    at steps 160, 320, ..., 1120, so the bin [800, 1000) holds 27, 30 and 19, 22: mean (28.5 + 20.5) / 2 = 24.5,
+    min 20.5, max 28.5. The fixed-L baseline (--no-adapt) is not drawn; past 6 games there is no figure."""
+    steps = [160, 320, 480, 640, 800, 960, 1120]
+    write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, steps, [16, 16, 20, 24, 27, 30, 32], 3, 10_000)
+    write_adapt_run(tmp_path / "ABS" / "b", "Hopper-v4", 2, steps, [16, 16, 16, 16, 19, 22, 25], 3, 10_000)
+    write_adapt_run(tmp_path / "ABS" / "c", "Walker2d-v4", 1, steps, [16] * 7, 3, 10_000)
+    write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, steps, [32] * 7, 3, 10_000, adapt=False)
+    assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20", "--benchmark", "mujoco"]) == 0
+    assert "- `adapt_by_game.png` (data: `adapt_by_game.csv`): the ABS runs' divergence and batch size, one column " \
+        "per game" in section((tmp_path / "o" / "report.md").read_text(), "Figures")
+    with open(tmp_path / "o" / "adapt_by_game.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["game"], r["tag"], r["label"]) for r in rows} == {
+        (g, t, "ABS") for g in ("Hopper", "Walker2d") for t in ("adapt/kl", "adapt/num_steps")}
+    hopper_L = {float(r["step"]): r for r in rows if (r["game"], r["tag"]) == ("Hopper", "adapt/num_steps")}
+    assert sorted(hopper_L) == [100.0, 300.0, 500.0, 700.0, 900.0, 1100.0]  # bin centres; empty bins left out
+    b = hopper_L[900.0]
+    assert (float(b["mean"]), float(b["min"]), float(b["max"]), b["n_runs"]) == (24.5, 20.5, 28.5, "2")
+    assert [float(r["mean"]) for r in rows if r["tag"] == "adapt/kl"] == pytest.approx([0.02] * 12)  # 6 bins x 2
+    assert mpimg_rows(tmp_path / "o" / "adapt_by_game.png") > 100
+    # Seven games: a panel per game is unreadable, so only adapt.png is drawn.
+    for i, game in enumerate(("Ant", "HalfCheetah", "Humanoid", "Swimmer", "Reacher", "Pusher", "Hopper")):
+        write_adapt_run(tmp_path / "many" / game, f"{game}-v4", 1, steps, [16] * 7, 3, 10_000)
+    assert report.main(["--runs", f"ABS={tmp_path / 'many'}", "--out", str(tmp_path / "m"), "--reps", "20",
+                        "--benchmark", "mujoco"]) == 0
+    assert not (tmp_path / "m" / "adapt_by_game.png").exists() and (tmp_path / "m" / "adapt.png").exists()
+
+
+def mpimg_rows(png: Path) -> int:
+    import matplotlib.image as mpimg
+    return mpimg.imread(png).shape[0]
+
+
 # ----------------------------------------------------------------------------- end to end
 def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finished=True, total=1000):
     from torch.utils.tensorboard import SummaryWriter

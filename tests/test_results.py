@@ -14,7 +14,7 @@ TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3)
 # The command that wrote results/mujoco-1m/report.md (README "Results"), run from the repository root; --out last.
 MUJOCO_REPORT = ["reproduce/sweep.py", "report", "mujoco", "--scale", "0.2", "--root", "results/mujoco-1m/runs",
                  "--games", *TASKS, "--seeds", *map(str, SEEDS), "--out"]
-FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "improvement_rate.csv")
+FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
 def test_mujoco_results_hold_every_run_and_no_checkpoint():
