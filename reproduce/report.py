@@ -143,6 +143,15 @@ def late_variance(steps, values, total_steps: float) -> float:
     return float(np.var(np.asarray(values)[sel])) if sel.sum() >= 2 else float("nan")
 
 
+def curve_area(steps, values, total_steps: float) -> float:
+    """The learning curve's area per step, the sample-efficiency summary: the mean over the ten tenths of training
+    of the mean episodic return in each tenth (a tenth without games is left out; NaN when none has any). Unlike
+    the mean over all games, it does not weight a phase by how many (short) games it had."""
+    edges = np.linspace(0.0, total_steps, 11)
+    tenths = binned(np.asarray(steps), np.asarray(values, dtype=float), edges)
+    return float(np.nanmean(tenths)) if np.isfinite(tenths).any() else float("nan")
+
+
 def finite_mean(xs) -> float:
     """Mean of the finite values (NaN when none), e.g. the mean improvement rate over games."""
     v = [x for x in xs if np.isfinite(x)]
@@ -693,12 +702,12 @@ def run_curve(run: Run):
     return steps, values, run.total_steps or (steps.max() if len(steps) else 0)
 
 
-def early_late(data, games) -> tuple[dict, dict]:
-    """(game, label) -> {seed: value} for the first-10% mean return and the last-10% return variance, over the
-    runs whose curve has points in that window."""
+def early_late(data, games) -> tuple[dict, dict, dict]:
+    """(game, label) -> {seed: value} for the first-10% mean return, the last-10% return variance and the whole
+    run's curve area (curve_area), over the runs whose curve has points in that window."""
     def of(stat):
         return lambda r: stat(*run_curve(r)) if run_curve(r) is not None else float("nan")
-    return per_seed(data, games, of(early_mean)), per_seed(data, games, of(late_variance))
+    return tuple(per_seed(data, games, of(f)) for f in (early_mean, late_variance, curve_area))
 
 
 def size_tag(run: Run) -> str | None:
@@ -1179,16 +1188,20 @@ def burn_in_lines(burn, data, labels, pairs) -> list[str]:
     return md + [""]
 
 
-def early_late_section(early, late, data, games, labels, pairs, burn=None, burn_notes=()) -> list[str]:
+def early_late_section(early, late, area, data, games, labels, pairs, burn=None, burn_notes=()) -> list[str]:
     def complete(values):
         return [g for g in games if all((g, lb) in values for lb in labels)]
     md = ["## Early / late training", "",
           f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
           "late = the variance of its episodic return over the last 10% (population variance, at least two games "
-          "there). n = the runs with games in that window.", "", *left_out_line(data, games)]
-    for name, values, word, pick in (("Early return", early, "higher early", max),
-                                     ("Late variance", late, "lower late variance", min)):
-        what = "Each run's " + ("early return" if pick is max else "late variance")
+          "there); whole run = the area under its learning curve per step, the mean over the ten tenths of its "
+          "steps of its mean episodic return in each tenth (sample efficiency: every phase of training weighs the "
+          "same). n = the runs with games in that window.", "", *left_out_line(data, games)]
+    for name, values, word, pick, what in (
+            ("Early return", early, "higher early", max, "early return"),
+            ("Late variance", late, "lower late variance", min, "late variance"),
+            ("Whole-run return", area, "higher whole-run return", max, "whole-run return (learning curve area)")):
+        what = "Each run's " + what
         means = {k: float(np.mean(list(v.values()))) for k, v in values.items()}
         best = best_by(means, games, labels, pick)
         md += [f"### {name}", "", f"{what}: {PER_SEED_HOW}; {'highest' if pick is max else 'lowest'} mean in bold.",

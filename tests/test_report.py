@@ -52,6 +52,15 @@ def test_improvement_rate_and_early_late():
     assert report.late_variance(steps, values, 1000) == 25.0  # values 90, 100
     assert np.isnan(report.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
     assert report.finite_mean([1.0, np.nan, 3.0]) == 2.0
+    # Whole-run return: mean of the ten tenths' means. Tenth 1 holds steps 0, 50 (returns 0, 5: mean 2.5), tenths
+    # 2-10 one game each at steps 100, ..., 900 (returns 10, ..., 90); 1000 falls in the last tenth with 90.
+    steps = np.array([0, 50, *range(100, 1001, 100)])
+    values = steps / 10
+    tenths = [2.5, 10, 20, 30, 40, 50, 60, 70, 80, (90 + 100) / 2]
+    assert report.curve_area(steps, values, 1000) == pytest.approx(sum(tenths) / 10)
+    assert report.curve_area(steps, values, 1000) != pytest.approx(values.mean())  # not the mean over games
+    assert report.curve_area([0, 950], [4.0, 8.0], 1000) == 6.0  # empty tenths are left out
+    assert np.isnan(report.curve_area([], [], 1000))
 
 
 def test_late_variance_is_per_game_whatever_the_rollout_length(tmp_path):

@@ -65,7 +65,7 @@ def test_mujoco_report_states_what_three_seeds_can_show(regenerated):
     assert "| Hopper | PPO+ABS − PPO | -561.1 | [-1991.3, 869.0] | 2.14 | 0.20 | 20 | 3 vs 3 |" in evaluation
     statement = ("- PPO+ABS vs PPO (HalfCheetah, Hopper, Walker2d): with 3 vs 3 runs the smallest possible p is 0.10 "
                  "(2 of 20 relabellings): no difference can reach p < 0.05.")
-    assert md.count(statement) == 4  # evaluation, final training return, early return, late variance
+    assert md.count(statement) == 5  # evaluation, final training return, early return, late variance, whole run
     assert "Not shown." in md.split("## Per-game IQM of evaluation return")[1].split("\n## ")[0]
     assert ("- PPO+ABS: on average 92.9% of the early window (runs: 92.7-93.1%) is burn-in at L = 1024, before its "
             "first adaptation") in md
