@@ -9,73 +9,89 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MUJOCO = ROOT / "results" / "mujoco-1m"
 TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
-# The command that wrote results/mujoco-1m/report.md (README "Results"), run from the repository root; --out last.
-MUJOCO_REPORT = ["reproduce/sweep.py", "report", "mujoco", "--scale", "0.2", "--root", "results/mujoco-1m/runs",
-                 "--games", *TASKS, "--seeds", *map(str, SEEDS), "--out"]
+# Each published MuJoCo grid under results/: the sweep flags its report was made with (its docs page, "How these
+# were made") and the most bytes its directory may hold.
+GRIDS = {"mujoco-1m": (["--scale", "0.2"], 15e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
-def test_mujoco_results_hold_every_run_and_no_checkpoint():
+def report_command(grid: str) -> list[str]:
+    """The command that wrote results/<grid>/report.md, run from the repository root; --out last."""
+    return ["reproduce/sweep.py", "report", "mujoco", *GRIDS[grid][0], "--root", f"results/{grid}/runs",
+            "--games", *TASKS, "--seeds", *map(str, SEEDS), "--out"]
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_mujoco_results_hold_every_run_and_no_checkpoint(grid):
     for label in LABELS:
         for task in TASKS:
             for seed in SEEDS:
-                run = MUJOCO / "runs" / "mujoco" / label / f"{task}__{seed}"
+                run = ROOT / "results" / grid / "runs" / "mujoco" / label / f"{task}__{seed}"
                 assert (run / "eval_results.json").is_file(), run
                 assert list(run.glob("events.out.tfevents.*")), run
                 assert (run.parent / "logs" / f"{task}__{seed}.log").is_file(), run
-    files = [p for p in MUJOCO.rglob("*") if p.is_file()]
+    files = [p for p in (ROOT / "results" / grid).rglob("*") if p.is_file()]
     assert not [p for p in files if p.suffix == ".pt"]  # no checkpoints or models
-    assert sum(p.stat().st_size for p in files) < 15e6
+    assert sum(p.stat().st_size for p in files) < GRIDS[grid][1]
 
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mujoco-1m")
-    res = subprocess.run([sys.executable, *MUJOCO_REPORT, str(out)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return out
+    """grid -> the directory its report was made again in, from the committed runs (once per grid)."""
+    made = {}
+
+    def make(grid: str) -> Path:
+        if grid not in made:
+            out = tmp_path_factory.mktemp(grid)
+            res = subprocess.run([sys.executable, *report_command(grid), str(out)], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=300)
+            assert res.returncode == 0, res.stdout + res.stderr
+            made[grid] = out
+        return made[grid]
+    return make
 
 
-def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated):
-    committed = (MUJOCO / "report.md").read_text().splitlines()
-    fresh = (regenerated / "report.md").read_text().splitlines()
+@pytest.mark.parametrize("grid", GRIDS)
+def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated, grid):
+    committed = (ROOT / "results" / grid / "report.md").read_text().splitlines()
+    fresh = (regenerated(grid) / "report.md").read_text().splitlines()
     tables = [(i, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
     assert not tables and len(committed) == len(fresh), (
-        "results/mujoco-1m/report.md differs from what reproduce/report.py makes of the committed runs "
-        f"(first differing line {tables[0][0] + 1 if tables else min(len(committed), len(fresh)) + 1}); regenerate "
-        "it with: python " + " ".join(MUJOCO_REPORT) + " results/mujoco-1m")
+        f"results/{grid}/report.md differs from what reproduce/report.py makes of the committed runs (first "
+        f"differing line {tables[0][0] + 1 if tables else min(len(committed), len(fresh)) + 1}); regenerate it "
+        f"with: python " + " ".join(report_command(grid)) + f" results/{grid}")
     # the table is the full grid: 9 runs per label, 3 seeds of each task, none skipped
     data = next(ln for ln in fresh if ln.startswith("| PPO |"))
     assert "| 9 | 3 of 3 | HalfCheetah: 3, Hopper: 3, Walker2d: 3 | none |" in data
     assert not [ln for ln in fresh if ln.startswith("- ") and ("skipped" in ln or "left out" in ln)]
+    statement = ("- PPO+ABS vs PPO (HalfCheetah, Hopper, Walker2d): with 3 vs 3 runs the smallest possible p is 0.10 "
+                 "(2 of 20 relabellings): no difference can reach p < 0.05.")
+    # evaluation, final training return, early return, late variance, whole-run return
+    assert "\n".join(fresh).count(statement) == 5
 
 
-def test_mujoco_report_states_what_three_seeds_can_show(regenerated):
+def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
-    interval and the exact permutation p of PPO+ABS - PPO, the statement that 3 vs 3 runs cannot reach p < 0.05, no
-    per-game IQM table (the IQM of 3 values is their mean), and ABS's burn-in share of the early window."""
-    md = (regenerated / "report.md").read_text()
+    interval and the exact permutation p of PPO+ABS - PPO, no per-game IQM table (the IQM of 3 values is their
+    mean), and ABS's burn-in share of the early window."""
+    md = (regenerated("mujoco-1m") / "report.md").read_text()
     evaluation = md.split("## Per-game evaluation return")[1].split("\n## ")[0]
     hopper = next(ln for ln in evaluation.splitlines() if ln.startswith("| Hopper | PPO |"))
     assert hopper == "| Hopper | PPO | 1: 3665.0, 2: 3438.1, 3: 3581.4 | **3561.5** | [3276.5, 3846.5] | 3 |"
     assert "[3438.1, 3665.0]" not in md  # the bootstrap interval of 3 seeds: their min and max
     assert "| Hopper | PPO+ABS − PPO | -561.1 | [-1991.3, 869.0] | 2.14 | 0.20 | 20 | 3 vs 3 |" in evaluation
-    statement = ("- PPO+ABS vs PPO (HalfCheetah, Hopper, Walker2d): with 3 vs 3 runs the smallest possible p is 0.10 "
-                 "(2 of 20 relabellings): no difference can reach p < 0.05.")
-    assert md.count(statement) == 5  # evaluation, final training return, early return, late variance, whole run
     assert "Not shown." in md.split("## Per-game IQM of evaluation return")[1].split("\n## ")[0]
     assert ("- PPO+ABS: on average 92.9% of the early window (runs: 92.7-93.1%) is burn-in at L = 1024, before its "
             "first adaptation") in md
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("name", FIGURE_DATA)
-def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, name):
-    with open(MUJOCO / name) as a, open(regenerated / name) as b:
+def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid, name):
+    with open(ROOT / "results" / grid / name) as a, open(regenerated(grid) / name) as b:
         assert list(csv.reader(a)) == list(csv.reader(b)), name
-    assert (MUJOCO / name.replace(".csv", ".png")).is_file()
+    assert (ROOT / "results" / grid / name.replace(".csv", ".png")).is_file()
 
 
 # The study of --divergence ess (README "Beyond the paper"): its own runs, and the command that wrote study.md.
