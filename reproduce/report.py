@@ -10,7 +10,9 @@ environments (MuJoCo) stay in raw returns. Aggregates (IQM, median, mean, optima
 95% stratified-bootstrap confidence intervals come from `rliable` (Agarwal et al. 2021). A number that rests on
 the few runs of one game is shown with its per-seed values, their mean and a Student-t 95% interval; each
 compared pair gets the difference of means with Welch's 95% interval and an exact permutation p (with 3 vs 3
-runs no p can be below 0.10, and the report says so). ABS runs: the share of the early window spent in burn-in.
+runs no p can be below 0.10, and the report says so). Training curves give the early return, the late
+variance and the whole-run return (the curve's area per step); ABS runs: the share of the early window spent
+in burn-in, and their divergence and L per game.
 Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
 """
 from __future__ import annotations
