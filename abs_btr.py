@@ -750,8 +750,7 @@ def flag_problems(a: Args):
     yield from U.in_domain(a, "> 0", "adam_eps", "max_grad_norm", "kappa", "munchausen_tau",
                            "model_size")
     yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta")
-    yield (0 < a.learning_rate <= 1e37, "--learning-rate must be in (0, 1e37] (Adam's first step is 10 x the rate, "
-           f"a float32), got {a.learning_rate!r}")
+    yield from U.in_domain(a, "in (0, 1e37]", "learning_rate")
     yield from U.in_domain(a, "in [0, 1]", "start_e", "end_e", "eval_epsilon", "per_alpha", "per_beta",
                            "munchausen_alpha", "epsilon_off_fraction")
     yield a.munchausen_clip <= 0, f"--munchausen-clip must be <= 0, got {a.munchausen_clip!r}"

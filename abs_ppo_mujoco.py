@@ -442,8 +442,7 @@ def flag_problems(a: Args):
     yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads",
                            "ent_coef", "vf_coef")
     yield from U.in_domain(a, "> 0", "clip_coef", "max_grad_norm", "kl_low")
-    yield (0 < a.learning_rate <= 1e37, "--learning-rate must be in (0, 1e37] (Adam's first step is 10 x the rate, "
-           f"a float32), got {a.learning_rate!r}")
+    yield from U.in_domain(a, "in (0, 1e37]", "learning_rate")
     yield from U.in_domain(a, "in (0, 1]", "gamma", "ema_beta", "ess_low", "ess_high")  # 1 - ESS/n lies in [0, 1]
     yield from U.in_domain(a, "in [0, 1]", "gae_lambda")
     yield (a.num_steps_min <= a.num_steps_max,
@@ -458,9 +457,7 @@ def flag_problems(a: Args):
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
     yield (a.num_envs * (lo if a.adapt else a.num_steps) >= 2 * a.num_minibatches,
            f"--num-minibatches ({a.num_minibatches}) leaves fewer than 2 transitions per minibatch")
-    L_max, flags = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")
-    yield U.memory_problem(f"the rollout storage ({flags} {L_max} x --num-envs {a.num_envs})",
-                           lambda: Rollout.allocate(L_max, a.num_envs, *mujoco_dims(a.env_id), "meta").nbytes, a.cuda)
+    yield U.rollout_memory_problem(a, lambda L: Rollout.allocate(L, a.num_envs, *mujoco_dims(a.env_id), "meta").nbytes)
 
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:

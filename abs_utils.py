@@ -42,7 +42,8 @@ def flag_of(name: str) -> str:
 
 DOMAINS = {">= 0": lambda v: v >= 0, ">= 1": lambda v: v >= 1, "> 0": lambda v: v > 0,
            "in [0, 1]": lambda v: 0 <= v <= 1, "in (0, 1]": lambda v: 0 < v <= 1,
-           "in [1, 2^31)": lambda v: 1 <= v < 2**31}  # the last: counts that envpool takes as int32
+           "in [1, 2^31)": lambda v: 1 <= v < 2**31,  # counts that envpool takes as int32
+           "in (0, 1e37]": lambda v: 0 < v <= 1e37}  # Adam's learning rate: its first step, 10 x the rate, is a float32
 
 
 def in_domain(args, domain: str, *names: str) -> Iterator[tuple[bool, str]]:
@@ -70,6 +71,14 @@ def memory_problem(what: str, nbytes: Callable[[], int], cuda: bool) -> tuple[bo
         where = "available RAM"
     size = f"{need / 2**30:.1f} GiB" if need < 2**63 else "over 2^63 bytes"
     return need <= free, f"{what} needs {size}, more than the {free / 2**30:.1f} GiB of {where}"
+
+
+def rollout_memory_problem(args, nbytes_at: Callable[[int], int]) -> tuple[bool, str]:
+    """memory_problem for a rollout storage of nbytes_at(L) bytes, allocated at L_max (--num-steps-max; --num-steps
+    with --no-adapt) for --num-envs environments."""
+    L_max, flag = (args.num_steps_max, "--num-steps-max") if args.adapt else (args.num_steps, "--num-steps")
+    return memory_problem(f"the rollout storage ({flag} {L_max} x --num-envs {args.num_envs})",
+                          lambda: nbytes_at(L_max), args.cuda)
 
 
 def has_cxx() -> bool:  # for torch.compile's kernels

@@ -460,9 +460,7 @@ def flag_problems(a: Args):
     yield (a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0, "the batch --num-envs x --num-steps "
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
     obs_shape = envpool.make_spec(a.env_id).observation_space.shape  # (4, 84, 84): the stacked frames
-    L_max, flags = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")
-    yield U.memory_problem(f"the rollout storage ({flags} {L_max} x --num-envs {a.num_envs})",
-                           lambda: Rollout.allocate(L_max, a.num_envs, obs_shape, "meta").nbytes, a.cuda)
+    yield U.rollout_memory_problem(a, lambda L: Rollout.allocate(L, a.num_envs, obs_shape, "meta").nbytes)
     yield (not a.compile or U.has_cxx(),
            "--compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found")
 

@@ -343,6 +343,24 @@ def test_memory_problem_compares_the_estimate_with_the_available_memory():
         assert not ok and message.startswith("x needs over 2^63 bytes, more than the "), message
 
 
+def test_rollout_memory_problem_sizes_the_storage_at_L_max_and_names_its_flag():
+    from types import SimpleNamespace
+
+    seen = []
+
+    def nbytes_at(L):
+        seen.append(L)
+        return L * 2**50
+    a = SimpleNamespace(adapt=True, num_steps_max=4096, num_steps=128, num_envs=8, cuda=False)
+    ok, message = U.rollout_memory_problem(a, nbytes_at)
+    assert not ok and seen == [4096] and message.startswith(
+        "the rollout storage (--num-steps-max 4096 x --num-envs 8) needs 4294967296.0 GiB, more than the ")
+    a.adapt = False
+    ok, message = U.rollout_memory_problem(a, nbytes_at)
+    assert seen == [4096, 128] and message.startswith("the rollout storage (--num-steps 128 x --num-envs 8) needs ")
+    assert U.rollout_memory_problem(a, lambda L: L)[0]
+
+
 def test_fire_action_is_the_index_of_fire_in_the_games_minimal_action_set():
     for env_id in ["Breakout-v5", "Pong-v5", "SpaceInvaders-v5", "MontezumaRevenge-v5", "BattleZone-v5"]:
         assert U.fire_action(env_id) == 1, env_id
