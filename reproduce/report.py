@@ -629,6 +629,11 @@ def fmt(x: float) -> str:
     return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
 
 
+def fmt_pct(x: float) -> str:
+    """A rate in %, at one decimal whatever its size (fmt gives three decimals below 10: 9.921% beside 32.5%)."""
+    return f"{x:.1f}%" if x is not None and np.isfinite(x) else "–"
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -1233,11 +1238,10 @@ def improvement_section(rates, games, ref, skipped=None) -> list[str]:
         return md + ([] if skipped_lines else ["Needs a second label.", ""])
 
     def table(form):
-        rows = [[g, *(f"{fmt(100 * r[form][g])}%" if np.isfinite(r[form].get(g, np.nan)) else "–"
-                     for r in rates.values())]
+        rows = [[g, *(fmt_pct(100 * r[form].get(g, np.nan)) for r in rates.values())]
                 for g in games if any(g in r[form] for r in rates.values())]
         for name, f in (("mean", finite_mean), ("median", finite_median)):
-            rows.append([f"**{name}**", *(f"**{fmt(100 * f(r[form].values()))}%** "
+            rows.append([f"**{name}**", *(f"**{fmt_pct(100 * f(r[form].values()))}** "
                                           f"({int(np.isfinite(list(r[form].values())).sum())} games)"
                                           for r in rates.values())])
         return md_table(["game", *(f"{a} over {b}" for a, b in rates)], rows)

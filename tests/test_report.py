@@ -595,9 +595,9 @@ def test_compare_pairs_and_mixed_lengths(tmp_path):
     # fixed scored PrivateEye's random score (HNS 0): the paper's form is undefined and the game is listed as left
     # out of it; the robust form is (30 - 24.9) / (max(human, 24.9) - random).
     pe = report.load_atari_scores()["PrivateEye"]
-    assert row(ir.split("### Robust improvement")[0], "PrivateEye")[1:] == ["–", "0.000%"]
+    assert row(ir.split("### Robust improvement")[0], "PrivateEye")[1:] == ["–", "0.0%"]
     robust = ir.split("### Robust improvement")[1]
-    assert row(robust, "PrivateEye")[1] == report.fmt(100 * (30 - 24.9) / (pe["human"] - pe["random"])) + "%"
+    assert row(robust, "PrivateEye")[1] == f"{100 * (30 - 24.9) / (pe['human'] - pe['random']):.1f}%"
     assert "- ABS over fixed: PrivateEye (s_fixed = 0: the paper's form is undefined" in ir
     with pytest.raises(SystemExit):
         report.parse_args(["--runs", *runs, "--compare", "ABS", "nope"])
