@@ -2,17 +2,21 @@
 report is generated again from the committed eval_results.json and TensorBoard events and compared with the
 committed report.md and figure data (README: "Results")."""
 import csv
+import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
 # Each published MuJoCo grid under results/: the sweep flags its report was made with (its docs page, "How these
 # were made") and the most bytes its directory may hold.
-GRIDS = {"mujoco-1m": (["--scale", "0.2"], 15e6)}
+GRIDS = {"mujoco-1m": (["--scale", "0.2"], 15e6), "mujoco-5m": ([], 60e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
@@ -83,6 +87,43 @@ def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     assert "| Hopper | PPO+ABS − PPO | -561.1 | [-1991.3, 869.0] | 2.14 | 0.20 | 20 | 3 vs 3 |" in evaluation
     assert "Not shown." in md.split("## Per-game IQM of evaluation return")[1].split("\n## ")[0]
     assert ("- PPO+ABS: on average 92.9% of the early window (runs: 92.7-93.1%) is burn-in at L = 1024, before its "
+            "first adaptation") in md
+
+
+def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerated):
+    """Every evaluation row and difference of the 5M report, computed here again from each run's 100 evaluation
+    returns: the seed means, the Student-t 95% CI, Welch's 95% CI and the exact permutation p over every split."""
+    md = (regenerated("mujoco-5m") / "report.md").read_text()
+    evaluation = md.split("## Per-game evaluation return")[1].split("\n## ")[0]
+    def one(x):  # the report's number format: one decimal from 10 in size, three below
+        return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+    n = len(SEEDS)
+    for task in TASKS:
+        seeds = {}
+        for label in LABELS:
+            runs = ROOT / "results" / "mujoco-5m" / "runs" / "mujoco" / label
+            x = np.array([np.mean(json.loads((runs / f"{task}__{s}" / "eval_results.json").read_text())
+                                  ["eval"]["returns"]) for s in SEEDS])
+            assert all(len(json.loads((runs / f"{task}__{s}" / "eval_results.json").read_text())["eval"]["returns"])
+                       == 100 for s in SEEDS)  # the paper's 100 evaluation episodes per run
+            seeds[label] = x
+            half = scipy.stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / np.sqrt(n)
+            per_seed = ", ".join(f"{s}: {one(v)}" for s, v in zip(SEEDS, x))
+            row = next(ln for ln in evaluation.splitlines() if ln.startswith(f"| {task[:-3]} | {label} |"))
+            assert row.replace("**", "") == (f"| {task[:-3]} | {label} | {per_seed} | {one(x.mean())} | "
+                                             f"[{one(x.mean() - half)}, {one(x.mean() + half)}] | {n} |"), row
+        a, b = seeds["PPO+ABS"], seeds["PPO"]
+        va, vb = a.var(ddof=1) / n, b.var(ddof=1) / n
+        df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+        diff, half = a.mean() - b.mean(), scipy.stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+        pooled = np.concatenate([a, b])
+        splits = [pooled[list(i)].mean() - np.delete(pooled, list(i)).mean()
+                  for i in itertools.combinations(range(2 * n), n)]
+        p = np.mean([abs(d) >= abs(diff) - 1e-9 for d in splits])
+        assert (f"| {task[:-3]} | PPO+ABS − PPO | {one(diff)} | [{one(diff - half)}, {one(diff + half)}] | {df:.2f} "
+                f"| {p:.2f} | {len(splits)} | {n} vs {n} |") in evaluation, task
+    # ABS's burn-in ends at step 93,184 in every run: 18.6% of the early window (the first 500,000 of 5M steps)
+    assert ("- PPO+ABS: on average 18.6% of the early window (runs: 18.6-18.6%) is burn-in at L = 1024, before its "
             "first adaptation") in md
 
 
