@@ -95,6 +95,7 @@ def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerat
     returns: the seed means, the Student-t 95% CI, Welch's 95% CI and the exact permutation p over every split."""
     md = (regenerated("mujoco-5m") / "report.md").read_text()
     evaluation = md.split("## Per-game evaluation return")[1].split("\n## ")[0]
+
     def one(x):  # the report's number format: one decimal from 10 in size, three below
         return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
     n = len(SEEDS)
@@ -102,10 +103,10 @@ def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerat
         seeds = {}
         for label in LABELS:
             runs = ROOT / "results" / "mujoco-5m" / "runs" / "mujoco" / label
-            x = np.array([np.mean(json.loads((runs / f"{task}__{s}" / "eval_results.json").read_text())
-                                  ["eval"]["returns"]) for s in SEEDS])
-            assert all(len(json.loads((runs / f"{task}__{s}" / "eval_results.json").read_text())["eval"]["returns"])
-                       == 100 for s in SEEDS)  # the paper's 100 evaluation episodes per run
+            returns = [json.loads((runs / f"{task}__{s}" / "eval_results.json").read_text())["eval"]["returns"]
+                       for s in SEEDS]
+            assert [len(r) for r in returns] == [100] * n  # the paper's 100 evaluation episodes per run
+            x = np.array([np.mean(r) for r in returns])
             seeds[label] = x
             half = scipy.stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / np.sqrt(n)
             per_seed = ", ".join(f"{s}: {one(v)}" for s, v in zip(SEEDS, x))
