@@ -43,6 +43,10 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    torch_threads: int = 0
+    """CPU threads of torch (0: torch's default, all cores; give each of N runs side by side 1/N of the cores)"""
+    env_threads: int = 0
+    """envpool's worker threads (0: envpool's default, one per env up to the cores)"""
     track: bool = False
     """log to Weights and Biases (wandb is imported only then)"""
     wandb_project_name: str = "abs"
@@ -57,6 +61,8 @@ class Args:
     """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    stop_at_step: Optional[int] = None
+    """stop training at this env step, a prefix of --total-timesteps (whose schedules it keeps); --resume goes on"""
     checkpoint_buffer: bool = False
     """also put the replay buffer in checkpoints (~7 KB a transition; kept on --resume); without it a resume refills"""
     save_model: bool = False
@@ -195,9 +201,9 @@ FRAME_STACK = 4
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
 # script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
-    "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
-    "eval_fire_after_life_loss", "scalar_every", "bf16",
+    "resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
+    "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon",
+    "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss", "scalar_every", "bf16",
 )
 CHECKPOINT_STATE = {"q_network": dict, "target_network": dict, "optimizer": dict, "scheduler": dict,
                     "grad_steps": int}
@@ -719,10 +725,10 @@ def select_actions(q_values: torch.Tensor, epsilon: float):
     return torch.where(explore, random_actions, greedy), values
 
 
-def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0):
     # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
-                        reward_clip=train, max_episode_steps=max_episode_steps)
+                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads)
 
 
 # ================================================================ this script's flags and evaluation
@@ -814,7 +820,7 @@ if __name__ == "__main__":
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "replay", "update", "adapt"), unit="step")
     device = run.device
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
+    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True, num_threads=args.env_threads)
     q_network = BTRNetwork(envs.action_space.n, args).to(device).eval()  # train mode only inside btr_update
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     snapshot = copy.deepcopy(q_network).requires_grad_(False)  # theta: the weights before the measured span
@@ -860,7 +866,7 @@ if __name__ == "__main__":
     measure_offset = measurement_offset(args.divergence_offset, args.target_network_frequency)
     epsilon_off = epsilon_off_step(args.total_timesteps, args.epsilon_off_fraction, args.learning_starts, args.noisy)
     ref_states, measure_at = None, None  # a divergence measurement in progress (not checkpointed)
-    while global_step < args.total_timesteps:
+    while global_step < run.stop_step:  # --total-timesteps, or --stop-at-step
         with run.timed("inference"):
             epsilon = exploration_epsilon(global_step, args.epsilon_schedule, args.start_e, args.end_e,
                                           args.exploration_steps, epsilon_off)

@@ -59,6 +59,8 @@ class Args:
     """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 500_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    stop_at_step: Optional[int] = None
+    """stop training at this env step, a prefix of --total-timesteps (whose schedules it keeps); --resume goes on"""
     save_model: bool = False
     """write the final agent and its observation-normalisation statistics to <run>/model.pt"""
     log_every_seconds: float = 5.0
@@ -143,8 +145,9 @@ class Args:
 
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
 # script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
-RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
-                     "torch_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes")
+RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model",
+                     "log_every_seconds", "cuda", "torch_threads", "track", "wandb_project_name", "wandb_entity",
+                     "eval_episodes")
 CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "normalization": dict, "iteration": int}
 
 
@@ -174,6 +177,12 @@ def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int 
     """Gradient-intensity compensation: updates per transition stay constant as L grows (PPO floor: 1 epoch).
     keep_base: the base epochs whatever L is (the authors' code before L first leaves L_min)."""
     return base_epochs if keep_base else max(min_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+def measures_in(iteration: int, adapt_freq: int) -> bool:
+    """The divergence is measured across iteration `iteration` (counted from 0): the K-th, 2K-th, ... iteration, as in
+    the authors' code (which counts from 1), so that every scheduled measurement follows K - 1 updates."""
+    return (iteration + 1) % adapt_freq == 0
 
 
 class ABSScheduler:
@@ -439,7 +448,7 @@ def flag_problems(a: Args):
                            "num_steps_max", "adapt_freq", "window", "ref_batch_size", "update_epochs",
                            "epochs_ref_steps", "min_update_epochs")
     yield a.burn_in is None or a.burn_in >= 1, f"--burn-in must be >= 1, got {a.burn_in!r}"
-    yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes", "torch_threads",
+    yield from U.in_domain(a, ">= 0", "checkpoint_every", "log_every_seconds", "eval_episodes",
                            "ent_coef", "vf_coef")
     yield from U.in_domain(a, "> 0", "clip_coef", "max_grad_norm", "kl_low")
     yield from U.in_domain(a, "in (0, 1e37]", "learning_rate")
@@ -522,8 +531,6 @@ if __name__ == "__main__":
     args, checkpoint = parse_args()
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "update", "adapt"))
     device = run.device
-    if args.torch_threads:  # tiny MLPs: extra threads only spin, and starve everything else on a busy CPU
-        torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(args.env_id, args.num_envs, args.gamma)
     obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -564,12 +571,12 @@ if __name__ == "__main__":
     next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=20)
     measuring = args.adapt or args.track_divergence
-    while global_step < args.total_timesteps:
+    while global_step < run.stop_step:  # --total-timesteps, or --stop-at-step
         L = scheduler.num_steps
         L_moved = L_moved or L != L_min
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs,
                                    args.base_epochs_in_burn_in and not L_moved)
-        measure = measuring and iteration % args.adapt_freq == 0
+        measure = measuring and measures_in(iteration, args.adapt_freq)
         if measure:
             snapshot.load_state_dict(agent.state_dict())
         learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)

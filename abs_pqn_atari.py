@@ -38,6 +38,10 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """use the GPU when one is visible (falls back to the CPU otherwise)"""
+    torch_threads: int = 0
+    """CPU threads of torch (0: torch's default, all cores; give each of N runs side by side 1/N of the cores)"""
+    env_threads: int = 0
+    """envpool's worker threads (0: envpool's default, one per env up to the cores)"""
     track: bool = False
     """log to Weights and Biases (wandb is imported only then)"""
     wandb_project_name: str = "abs"
@@ -52,6 +56,8 @@ class Args:
     """path of a checkpoint.pt to continue; every flag not given then comes from the checkpoint"""
     checkpoint_every: int = 1_000_000
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
+    stop_at_step: Optional[int] = None
+    """stop training at this env step, a prefix of --total-timesteps (whose schedules it keeps); --resume goes on"""
     save_model: bool = False
     """write the final Q-network weights to <run>/model.pt"""
     log_every_seconds: float = 5.0
@@ -146,9 +152,9 @@ NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
             "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
 # --resume takes every flag from the checkpoint but these run-control ones, when given.
 RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "checkpoint_every", "save_model", "log_every_seconds", "cuda", "track",
-    "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon", "eval_num_envs", "eval_max_episode_steps",
-    "eval_fire_after_life_loss", "bf16", "compile",
+    "resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
+    "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon",
+    "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss", "bf16", "compile",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
@@ -174,6 +180,13 @@ def divergence_to_length(delta_bar: float, L_min: int, L_max: int, delta_min: fl
 def update_epochs_for(L: int, base_epochs: int, ref_steps: int) -> int:
     """Gradient-intensity compensation: updates per transition stay constant as L grows."""
     return max(base_epochs, round_half_up(base_epochs * L / ref_steps))
+
+
+def measures_in(iteration: int, adapt_freq: int) -> bool:
+    """The divergence is measured across iteration `iteration` (counted from 0): the K-th, 2K-th, ... iteration, as in
+    the authors' code (which counts from 1). Not the first: its update is RAdam's first, un-adapted steps, across
+    which the divergence reads about 0 (docs/pqn.md), a value that would lower delta_bar through the whole burn-in."""
+    return (iteration + 1) % adapt_freq == 0
 
 
 class ABSScheduler:
@@ -363,10 +376,10 @@ def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_m
     return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
 
 
-def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000):
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0):
     # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
-                        reward_clip=train, max_episode_steps=max_episode_steps)
+                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads)
 
 
 # ================================================================ this script's flags and evaluation
@@ -429,7 +442,7 @@ if __name__ == "__main__":
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "update", "adapt"))
     device = run.device
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True)
+    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True, num_threads=args.env_threads)
     q_network = QNetwork(envs.action_space.n, args.network).to(device)
     optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
     snapshot = copy.deepcopy(q_network)  # theta: the weights before the measured iteration
@@ -461,13 +474,13 @@ if __name__ == "__main__":
     prev_end = torch.zeros(E, device=device)  # the previous transition ended an episode
     ep_return, recent_returns = np.zeros(E), deque(maxlen=20)
     measuring = args.adapt or args.track_divergence
-    while global_step < args.total_timesteps:
+    while global_step < run.stop_step:  # --total-timesteps, or --stop-at-step
         L = scheduler.num_steps
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps)
         learning_rate = learning_rate_at(args.learning_rate, global_step, args.total_timesteps, args.anneal_lr)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
-        measure = measuring and iteration % args.adapt_freq == 0
+        measure = measuring and measures_in(iteration, args.adapt_freq)
         if measure:
             snapshot.load_state_dict(q_network.state_dict())
         for step in range(L):

@@ -81,6 +81,9 @@ def rollout_memory_problem(args, nbytes_at: Callable[[int], int]) -> tuple[bool,
                           lambda: nbytes_at(L_max), args.cuda)
 
 
+MAX_THREADS = 1024  # thread counts: far beyond any machine's cores, well inside what a thread pool can create
+
+
 def has_cxx() -> bool:  # for torch.compile's kernels
     return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++"))
 
@@ -94,6 +97,13 @@ def common_problems(args) -> Iterator[tuple[bool, str]]:
            f"--run-name must be a single path component (no '/', not '.' or '..'), got {name!r}")
     yield (not args.track or sys.modules.get("wandb", 0) is not None and importlib.util.find_spec("wandb") is not None,
            "--track needs the wandb package, which cannot be imported (pip install wandb)")
+    stop = args.stop_at_step
+    yield (stop is None or 1 <= stop <= args.total_timesteps, f"--stop-at-step must be in [1, --total-timesteps "
+           f"({args.total_timesteps})] (or not given: run to the end), got {stop!r}")
+    for name in ("torch_threads", "env_threads"):  # 0: the library's default
+        if hasattr(args, name):
+            yield 0 <= getattr(args, name) <= MAX_THREADS, (f"{flag_of(name)} must be in [0, {MAX_THREADS}] "
+                                                             f"(0: the library's default), got {getattr(args, name)!r}")
 
 
 def check_flags(args, problems: Callable[..., Iterable[tuple[bool, str]]]) -> None:
@@ -215,7 +225,9 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
         if args.resume is not None:
             checkpoint = load_checkpoint(args.resume, script)
             check_checkpoint(args.resume, checkpoint, cls, state)
-            saved = {k: v for k, v in checkpoint["args"].items() if k in vars(args)}
+            # Every flag but the stop comes from the checkpoint: a resumed prefix run (--stop-at-step) runs on to
+            # the end of its --total-timesteps unless a later stop is given again.
+            saved = {k: v for k, v in checkpoint["args"].items() if k in vars(args) and k != "stop_at_step"}
             args = tyro_cli(cls, argv, default=dataclasses.replace(args, **saved))
             ignored = [f"{flag_of(k)} {getattr(args, k)} (checkpoint: {v})" for k, v in saved.items()
                        if k not in run_control_flags and getattr(args, k) != v]
@@ -228,6 +240,9 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
         if checkpoint is not None and args.total_timesteps < checkpoint["global_step"]:
             raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
                              f"({checkpoint['global_step']}): give at least that many to --resume")
+        if checkpoint is not None and args.stop_at_step is not None and args.stop_at_step <= checkpoint["global_step"]:
+            raise ValueError(f"--stop-at-step ({args.stop_at_step}) must be above the checkpoint's global_step "
+                             f"({checkpoint['global_step']}): the run has reached it already")
         if checkpoint is None:
             flag = "--run-name" if args.run_name else "--exp-name"
             args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -326,17 +341,24 @@ class Run:
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
         torch.backends.cudnn.deterministic = args.torch_deterministic
+        if getattr(args, "torch_threads", 0):  # runs side by side (reproduce/sweep.py's workers) share the cores
+            torch.set_num_threads(args.torch_threads)
         if args.track:  # wandb is imported only then
             import wandb
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                        config=vars(args), name=args.run_name, id=args.run_name, resume="allow", dir=self.dir)
         self.device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         self.perf, self.train_seconds, self.stop_signal = dict.fromkeys(phases, 0.0), 0.0, []  # carried across resumes
+        # Training stops at --stop-at-step when given: a prefix of the --total-timesteps protocol, whose schedules
+        # (epsilon, learning rate, PER beta, ...) the loop still computes from --total-timesteps.
+        stop = args.stop_at_step
+        self.stop_step = args.total_timesteps if stop is None else min(stop, args.total_timesteps)
 
     def begin(self, global_step: int) -> None:
         """Restore a resumed run's RNGs and timings, open the event file (dropping the events logged after the
         checkpoint, or on a new run all earlier ones) and catch SIGTERM/SIGINT."""
         if self.resumed_from is not None:
+            self._keep_earlier_result(global_step)
             self.train_seconds = self.resumed_from["train_seconds"]
             self.perf.update(self.resumed_from["perf"])
             set_rng_state(self.resumed_from["rng"], self.device)
@@ -348,6 +370,20 @@ class Run:
         signal.signal(signal.SIGINT, self._on_signal)
         self.start_time, self.start_step, self.last_print = time.time(), global_step, 0.0
         self.last_perf = (global_step, self.start_time)  # (step, time) of the last log(perf=True)
+
+    def _keep_earlier_result(self, global_step: int) -> None:
+        """A resumed run that had written eval_results.json (a prefix run stopped by --stop-at-step, or a finished run
+        extended) keeps that record as eval_results_at_<its step>.json: the new result never overwrites it."""
+        path = os.path.join(self.dir, "eval_results.json")
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    step = int(json.load(f)["global_step"])
+            except (OSError, ValueError, KeyError, TypeError):
+                step = global_step
+            kept = os.path.join(self.dir, f"eval_results_at_{step}.json")
+            os.replace(path, kept)
+            print(f"kept the earlier result (at global_step {step}) as {kept}")
 
     def _on_signal(self, signum, frame):
         """The loop checks the signal, checkpoints and exits at the end of the current unit of work, so that nothing
@@ -387,11 +423,12 @@ class Run:
 
     def progress(self, global_step: int, sps: int, fields: str, recent_returns) -> None:  # per --log-every-seconds
         now, total = time.time(), self.args.total_timesteps
-        if now - self.last_print >= self.args.log_every_seconds or global_step >= total:
+        if now - self.last_print >= self.args.log_every_seconds or global_step >= self.stop_step:
             self.last_print = now
-            minutes, seconds = divmod(int(max(total - global_step, 0) / max(sps, 1)), 60)  # the ETA
+            minutes, seconds = divmod(int(max(self.stop_step - global_step, 0) / max(sps, 1)), 60)  # the ETA
             ret = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(f"step {global_step}/{total} | SPS {sps} | {fields} | return {ret} "
+            steps = f"{global_step}/{total}" + (f" (stop at {self.stop_step})" if self.stop_step < total else "")
+            print(f"step {steps} | SPS {sps} | {fields} | return {ret} "
                   f"| ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}", flush=True)
 
     def save(self, path: str, state: dict) -> None:
@@ -407,7 +444,8 @@ class Run:
 
     def checkpoint(self, global_step: int, steps: int, state: Callable[[], dict]) -> None:
         """After a unit of work of `steps` env steps: on a stop signal, checkpoint and exit 128 + n; at every multiple
-        of --checkpoint-every and at the end, checkpoint (events flushed first, so a hard kill loses none of them)."""
+        of --checkpoint-every and at the end (or at --stop-at-step), checkpoint (events flushed first, so a hard kill
+        loses none of them)."""
         now = time.time()
         if self.stop_signal:
             self.train_seconds += now - self.start_time
@@ -416,7 +454,7 @@ class Run:
                                 f"resume with --resume {self.checkpoint_path}")
         every = self.args.checkpoint_every  # 0: only at the end (and on a signal)
         if (every > 0 and global_step // every > (global_step - steps) // every  # passed a multiple of it
-                or global_step >= self.args.total_timesteps):
+                or global_step >= self.stop_step):
             self.train_seconds += now - self.start_time
             self.start_time, self.start_step = now, global_step
             self.writer.flush()
@@ -452,6 +490,8 @@ class Run:
         with open(f"{path}.tmp", "w") as f:  # then renamed over it, like checkpoints: never a half-written file
             json.dump({"algo": self.script, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
                        "global_step": global_step, "total_timesteps": args.total_timesteps,
+                       # a prefix run (--stop-at-step) holds the first global_step steps of a longer protocol
+                       "complete": global_step >= args.total_timesteps,
                        "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)}, f, indent=2)
         os.replace(f"{path}.tmp", path)
         self.writer.close()

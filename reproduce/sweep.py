@@ -27,6 +27,7 @@ is queued or running.
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import dataclasses
 import datetime
@@ -49,7 +50,7 @@ BUILTIN_CONFIG = Path(__file__).resolve().parent / "experiments.toml"
 RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"
 DEFAULT_ROOT = "runs/sweeps"
 EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
-                   "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons"}
+                   "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons", "stop_at_step"}
 STATES = ("done", "running", "interrupted", "failed", "missing", "queued", "other-length")
 # Slurm job states: waiting for a node, and holding one
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
@@ -61,7 +62,9 @@ INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a r
 # The flags the sweep gives every command itself (Run.command): neither --extra-args nor an experiment's flags may
 # set them, or a run would not be the one its directory, log and status stand for.
 SWEEP_FLAGS = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
-               "--resume")
+               "--resume", "--stop-at-step")
+# The scripts' thread-count flags, which the sweep sets (cores / workers) unless the user's flags set them.
+THREAD_FLAGS = ("--torch-threads", "--env-threads")
 # Seeds are below this: envpool takes signed 32-bit seeds, and the scripts evaluate on seed + 10,000 (abs_utils.py).
 SEED_LIMIT = 2 ** 31 - 10000
 MAX_STEPS = 2 ** 63 - 1  # total_timesteps must fit the scripts' (and TensorBoard's) 64-bit step counters
@@ -82,6 +85,8 @@ class Run:
     checkpoint_every: int
     flags: tuple[str, ...]
     label_dir: Path  # the scripts' --output-dir
+    stop_at_step: int | None = None  # a prefix run: it trains to this step of its total_timesteps' schedules
+    threads: int | None = None  # --torch-threads / --env-threads for the scripts that have them (see with_threads)
 
     @property
     def name(self) -> str:
@@ -105,25 +110,73 @@ class Run:
         """How often the run's latest Slurm job requeued itself after a preemption."""
         return self.label_dir / "logs" / f"{self.name}.requeues"
 
-    def result_timesteps(self) -> int | None:
-        """total_timesteps of the run's eval_results.json; None when there is none (or it is unreadable)."""
+    def _result(self, key: str) -> int | None:
         try:
-            return int(json.loads((self.dir / RESULT).read_text())["total_timesteps"])
+            return int(json.loads((self.dir / RESULT).read_text())[key])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def result_timesteps(self) -> int | None:
+        """total_timesteps of the run's eval_results.json; None when there is none (or it is unreadable)."""
+        return self._result("total_timesteps")
+
+    def result_steps(self) -> tuple[int, int] | None:
+        """(total_timesteps, global_step) of the run's eval_results.json, or None: global_step < total_timesteps
+        for a prefix run (--stop-at-step)."""
+        total, reached = self.result_timesteps(), self._result("global_step")
+        return None if total is None or reached is None else (total, reached)
+
+    @property
+    def target_step(self) -> int:
+        """The step the run trains to: its stop_at_step (a prefix run), else its total_timesteps."""
+        return self.total_timesteps if self.stop_at_step is None else self.stop_at_step
+
     def done(self) -> bool:
-        """Finished with this run's length: a result of another --total-timesteps (a mini run) does not count."""
-        return self.result_timesteps() == self.total_timesteps
+        """Finished with this run's length, up to its target step: a result of another --total-timesteps (a mini run)
+        does not count, nor a prefix result for a run that goes further (a full run, or a later stop)."""
+        steps = self.result_steps()
+        return steps is not None and steps[0] == self.total_timesteps and steps[1] >= self.target_step
 
     def command(self) -> list[str]:
         """The command line, starting with "python"; it runs from the repository root."""
         cmd = ["python", self.script, "--env-id", self.env_id, "--seed", str(self.seed),
                "--total-timesteps", str(self.total_timesteps), "--output-dir", str(self.label_dir),
                "--run-name", self.name, "--checkpoint-every", str(self.checkpoint_every), *self.flags]
+        if self.stop_at_step is not None:
+            cmd += ["--stop-at-step", str(self.stop_at_step)]
+        if self.threads is not None:  # only the thread flags the script has and the user's flags do not set
+            given = {t.split("=", 1)[0].replace("_", "-") for t in self.flags if t.startswith("--")}
+            cmd += [x for flag in THREAD_FLAGS if flag in script_flags(self.script) and flag not in given
+                    for x in (flag, str(self.threads))]
         if (self.dir / CHECKPOINT).exists():
             cmd += ["--resume", str(self.dir / CHECKPOINT)]
         return cmd
+
+
+def script_flags(script: str) -> frozenset[str]:
+    """The --flags of a training script's `Args` dataclass, read from its source (nothing is imported)."""
+    path = Path(script) if Path(script).is_absolute() else REPO / script
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset("--" + node.target.id.replace("_", "-") for cls in tree.body
+                     if isinstance(cls, ast.ClassDef) and cls.name == "Args" for node in cls.body
+                     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name))
+
+
+def with_threads(runs: list[Run], threads: int) -> list[Run]:
+    """The runs with `threads` CPU threads each (torch's and envpool's), so that runs side by side do not
+    oversubscribe the cores; a thread flag in the user's flags wins."""
+    return [dataclasses.replace(r, threads=threads) for r in runs]
+
+
+def cores() -> int:
+    """The CPU cores this process may use (its affinity mask: a Slurm allocation or taskset), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -220,6 +273,12 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
         raise SweepError(f"--scale {scale:g}: {total:,} x {scale:g} total timesteps is more than a 64-bit step "
                          "counter holds")
     steps = max(1, round(total * scale))
+    stop = exp.get("stop_at_step")
+    if stop is not None:
+        if not isinstance(stop, int) or isinstance(stop, bool) or not 1 <= stop <= total:
+            raise SweepError(f"experiment {name}: stop_at_step {stop!r} is not an integer in [1, total_timesteps "
+                             f"= {total}]")
+        stop = min(steps, max(1, round(stop * scale)))
     ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
     if not isinstance(ckpt, int) or isinstance(ckpt, bool) or ckpt < 0:
         raise SweepError(f"{'--checkpoint-every' if checkpoint_every is not None else f'experiment {name}'}: "
@@ -247,7 +306,7 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
                     script, flags = exp["script"], spec
                 runs.append(Run(name, label, script, game, seed, steps, ckpt,
                                 common + _flags(flags, f"experiment {name}, label {label}") + extra_args,
-                                Path(root).resolve() / name / label))
+                                Path(root).resolve() / name / label, stop))
     return runs
 
 
@@ -313,11 +372,11 @@ def tail(path: Path, n: int = 15) -> str:
 def state(run: Run, slurm: dict | None = None) -> str:
     """done | running | interrupted | failed | missing | queued | other-length, from the result, the Slurm job
     state (slurm: job id -> Slurm state), the checkpoint and the log."""
-    steps = run.result_timesteps()
-    if steps == run.total_timesteps:
+    if run.done():
         return "done"
-    if steps is not None:
-        return "other-length"
+    steps = run.result_timesteps()
+    if steps is not None and steps != run.total_timesteps:
+        return "other-length"  # (a prefix result of this length goes on: a resumable run, as a checkpoint says)
     job = slurm.get(job_id(run)) if slurm else None
     if job in QUEUED:
         return "queued"
@@ -588,7 +647,7 @@ def _runs(args, discover: bool = False) -> list[Run]:
 def cmd_run(args) -> int:
     runs = _runs(args)
     other = [r for r in runs if r.result_timesteps() not in (None, r.total_timesteps)]
-    todo = [r for r in runs if r.result_timesteps() is None]
+    todo = [r for r in runs if not r.done() and r.result_timesteps() in (None, r.total_timesteps)]
     if other:
         print(f"# skipping {len(other)} run(s) whose directory holds a result of another length (not "
               f"{other[0].total_timesteps:,} steps), e.g. {other[0].dir}: move them away or use another --root")
@@ -601,15 +660,20 @@ def cmd_run(args) -> int:
               + ", ".join(f"{r.label}/{r.name} (job {job_id(r)} {jobs[job_id(r)]})" for r in busy))
         todo = [r for r in todo if r not in busy]
     absent = sorted({r.script for r in todo if not (REPO / r.script).exists()})
+    gpus = args.gpus.split(",") if args.gpus else None
+    workers = args.workers or (len(gpus) if gpus else 1)
+    # Each run gets its share of the cores (a Slurm job: its own --cpus-per-job), or N runs with the libraries'
+    # default thread counts (all cores each) would oversubscribe the machine N times (docs/running.md).
+    todo = with_threads(todo, args.cpus_per_job if args.slurm else max(1, cores() // workers))
     if args.dry_run:
         print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
         if absent:
             print(f"# warning: script(s) not found: {', '.join(absent)}")
         for r in todo:
             print(shlex.join(r.command()))
-        steps = sum(r.total_timesteps for r in runs)
+        steps = sum(r.target_step for r in runs)
         print(f"# total: {len(runs)} runs, {steps:,} environment steps; {sum(r.done() for r in runs)} done, "
-              f"{len(todo)} to run ({sum(r.total_timesteps for r in todo):,} steps), "
+              f"{len(todo)} to run ({sum(r.target_step for r in todo):,} steps), "
               f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed"
               + (f"; {len(busy)} left to their queued or running Slurm jobs" if busy else ""))
         return 0
@@ -626,8 +690,7 @@ def cmd_run(args) -> int:
         print(f"follow with: python reproduce/sweep.py status {args.experiment}"
               + (f" --config {args.config}" if args.config else ""))
         return 0
-    gpus = args.gpus.split(",") if args.gpus else None
-    return run_local(todo, args.workers or (len(gpus) if gpus else 1), gpus)
+    return run_local(todo, workers, gpus)
 
 
 def cmd_status(args) -> int:

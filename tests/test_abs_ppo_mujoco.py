@@ -494,6 +494,11 @@ def test_end_to_end_abs_tensorboard_and_L(abs_run):
     assert np.diff([0, *ends]).tolist() == lengths
 
 
+def test_measurements_span_the_kth_2kth_iterations_as_the_authors_code():
+    assert [i for i in range(12) if ppo.measures_in(i, 4)] == [3, 7, 11]
+    assert all(ppo.measures_in(i, 1) for i in range(3))
+
+
 def test_end_to_end_no_adapt_track_divergence(tmp_path):
     r = run_script([*TINY, "--no-adapt", "--num-steps", "128", "--track-divergence", "--output-dir", str(tmp_path),
                     "--run-name", "fixed"])

@@ -365,8 +365,8 @@ def test_compile_without_a_compiler_is_a_one_line_error(tmp_path):
 # ------------------------------------------------------------------ end to end on envpool
 def check_eval_json(path, args_expected, total):
     res = json.loads(path.read_text())
-    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
-                        "eval", "args"}
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "complete",
+                        "train_seconds", "eval", "args"}
     assert res["algo"] == "abs_pqn_atari" and res["env_id"] == "Breakout-v5"
     assert res["total_timesteps"] == total and res["global_step"] >= total
     assert res["train_seconds"] > 0
@@ -503,6 +503,14 @@ def test_end_to_end_fixed_baseline_and_pqn_l(tmp_path):
     assert not any(t.startswith("adapt/") for t in tags)
     model = torch.load(run_dir / "model.pt", weights_only=False)
     assert any(k.startswith("blocks.4.") for k in model["q_network"])
+
+
+def test_measurements_span_the_kth_2kth_iterations_as_the_authors_code():
+    """Counted from 0, iterations K-1, 2K-1, ... (the authors' code counts from 1: K, 2K, ...); never the first one,
+    whose update is RAdam's un-adapted first steps."""
+    assert [i for i in range(12) if pqn.measures_in(i, 4)] == [3, 7, 11]
+    assert [i for i in range(3) if pqn.measures_in(i, 1)] == [0, 1, 2]
+    assert not pqn.measures_in(0, 50) and pqn.measures_in(49, 50) and pqn.measures_in(99, 50)
 
 
 def test_end_to_end_fixed_with_track_divergence(tmp_path):

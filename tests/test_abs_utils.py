@@ -291,8 +291,8 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
     assert tags["charts/episodic_return"] == [(8, 1.0), (8, 2.0)] and tags["charts/episodic_length"] == [(8, 10), (8, 20)]
     assert tags["eval/mean_return"] == [(1000, 2.0)] and not any(t.startswith("perf/cuda") for t in tags)
     res = json.loads((tmp_path / "r" / "eval_results.json").read_text())
-    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
-                        "eval", "args"}
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "complete",
+                        "train_seconds", "eval", "args"}
     assert res["algo"] == "toy" and res["eval"] == summary and res["args"]["run_name"] == "r"
     assert 0.02 <= res["train_seconds"] < 30
 

@@ -423,8 +423,8 @@ def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, nee
 # ------------------------------------------------------------------ end to end on envpool
 def check_eval_json(path, args_expected, total, episodes=2):
     res = json.loads(path.read_text())
-    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "train_seconds",
-                        "eval", "args"}
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "complete",
+                        "train_seconds", "eval", "args"}
     assert res["algo"] == "gns_pqn_atari" and res["env_id"] == "Breakout-v5"
     assert res["total_timesteps"] == total and res["global_step"] >= total
     assert res["train_seconds"] > 0

@@ -3,6 +3,7 @@ a real local sweep (two workers) against a stand-in training script that follows
 docs/CONVENTIONS.md, the submitit path (sbatch text, a job run as a mocked Slurm job, and the
 time-limit signal -> checkpoint -> requeue -> resume cycle through submitit's LocalExecutor), and one
 tiny real sweep with abs_pqn_atari.py."""
+import dataclasses
 import json
 import os
 import re
@@ -324,10 +325,20 @@ def test_state_from_log(tmp_path):
                        "Traceback\n[sweep] 2026-01-01T00:03:00 exit 1\n")
     assert sweep.state(run) == "failed"
     run.dir.mkdir()
-    (run.dir / "eval_results.json").write_text('{"total_timesteps": 5}')  # a shorter run's result
+    (run.dir / "eval_results.json").write_text('{"total_timesteps": 5, "global_step": 5}')  # a shorter run's result
     assert sweep.state(run) == "other-length" and not run.done()
-    (run.dir / "eval_results.json").write_text('{"total_timesteps": 10}')
-    assert sweep.state(run) == "done" and run.done()
+    # A prefix of this run's protocol (--stop-at-step 4 of 10) is done only for a run that stops there too.
+    (run.dir / "eval_results.json").write_text('{"total_timesteps": 10, "global_step": 4}')
+    assert sweep.state(run) == "failed" and not run.done()
+    prefix = dataclasses.replace(run, stop_at_step=4)
+    assert sweep.state(prefix) == "done" and prefix.done()
+    assert not dataclasses.replace(run, stop_at_step=6).done()
+    (run.dir / "checkpoint.pt").write_bytes(b"")  # the prefix run's checkpoint: the full run resumes it
+    assert "--resume" in run.command() and run.command()[-1].endswith("checkpoint.pt")
+    assert "--stop-at-step" not in run.command() and prefix.command()[-4:-2] == ["--stop-at-step", "4"]
+    (run.dir / "checkpoint.pt").unlink()
+    (run.dir / "eval_results.json").write_text('{"total_timesteps": 10, "global_step": 10}')
+    assert sweep.state(run) == "done" and run.done() and prefix.done()
     # A recorded Slurm job that Slurm lists as queued or running wins over the files; one it no longer
     # knows leaves the state to them.
     (run.dir / "eval_results.json").unlink()
@@ -844,3 +855,26 @@ def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
         with pytest.raises(sweep.SweepError, match=re.escape(message)):
             sweep.expand("e", {"e": {**base, **change}}, games, tmp_path)
     assert [r.seed for r in sweep.expand("e", {"e": base}, games, tmp_path)] == [1]
+
+
+def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
+    """Each local worker's run gets cores // workers threads for torch and envpool, as flags the script has (the
+    MuJoCo script has no envpool); a thread flag the user gave (experiment, label or --extra-args) is kept."""
+    assert {"--torch-threads", "--env-threads", "--stop-at-step"} <= sweep.script_flags("abs_pqn_atari.py")
+    assert "--torch-threads" in sweep.script_flags("abs_ppo_mujoco.py")
+    assert "--env-threads" not in sweep.script_flags("abs_ppo_mujoco.py")
+    assert sweep.script_flags("no_such_script.py") == frozenset()
+    pqn_run = sweep.Run("e", "L", "abs_pqn_atari.py", "Pong-v5", 1, 10, 0, (), tmp_path)
+    ppo_run = sweep.Run("e", "L", "abs_ppo_mujoco.py", "Hopper-v4", 1, 10, 0, (), tmp_path)
+    assert "--torch-threads" not in pqn_run.command()  # no worker split asked for: the scripts' defaults
+    pqn_cmd, ppo_cmd = (r.command() for r in sweep.with_threads([pqn_run, ppo_run], 3))
+    assert pqn_cmd[-4:] == ["--torch-threads", "3", "--env-threads", "3"]
+    assert ppo_cmd[-2:] == ["--torch-threads", "3"] and "--env-threads" not in ppo_cmd
+    mine = dataclasses.replace(pqn_run, flags=("--torch_threads=2",), threads=3)
+    assert mine.command()[-3:] == ["--torch_threads=2", "--env-threads", "3"]
+    out = sweep_cli("run", "atari10-early", "--games", "Pong", "--workers", "2", "--dry-run", "--root", str(tmp_path))
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    commands = [line.split() for line in out.stdout.splitlines() if line.startswith("python")]
+    assert len(commands) == 2 and all(c[-6:] == ["--stop-at-step", "2000000", "--torch-threads", threads,
+                                                 "--env-threads", threads] for c in commands), out.stdout
+    assert "4,000,000 steps" in out.stdout  # the prefix's steps, not 2 x 20M
