@@ -1,6 +1,7 @@
 """The README and docs/: every relative link and image resolves to a file, the README stays a landing page (at most
 200 lines, none over 120 characters), and its two commands are there unchanged. Reads files only, in well under a
 second."""
+import ast
 import re
 from pathlib import Path
 
@@ -126,3 +127,99 @@ def test_checker_finds_a_broken_link(tmp_path):
     assert not {"in-code.md", "also-code.md", "fenced.md"} & set(targets)
     assert broken_links(page, root=tmp_path) == ["page.md:3: missing.md", "page.md:3: img/b.png",
                                                  "page.md:3: nodir/#x"]
+
+
+# ---------------------------------------------------------------- tables that restate the code stay equal to it
+SCRIPTS = {"PQN": "abs_pqn_atari.py", "GNS": "gns_pqn_atari.py", "PPO": "abs_ppo_mujoco.py", "BTR": "abs_btr.py"}
+PAGES_OF = {"PQN": "pqn.md", "GNS": "gns.md", "PPO": "ppo.md", "BTR": "btr.md"}
+TAG = re.compile(r"^(?:charts|losses|adapt|perf|eval)/[A-Za-z_*]+$")
+
+
+def tags_in_code(script):
+    """Every TensorBoard tag a script writes, read from its source: its literal tags, PPO's losses/{name} from the
+    keys ppo_update returns, and what abs_utils.Run writes for it (games, perf scalars per phase, the evaluation)."""
+    source = (ROOT / script).read_text(encoding="utf-8")
+    tags = {t for t in re.findall(r"\"([a-z]+/[A-Za-z_]+)\"", source) if TAG.match(t)}
+    if 'f"losses/{name}"' in source:
+        function = next(node for node in ast.walk(ast.parse(source))
+                        if isinstance(node, ast.FunctionDef) and node.name == "ppo_update")
+        returned = next(node.value for node in ast.walk(function) if isinstance(node, ast.Return))
+        tags |= {f"losses/{key.value}" for key in returned.keys}
+    if "run.log_games(" in source:
+        tags |= {"charts/episodic_return", "charts/episodic_length"}
+    if "perf=True)" in source:
+        phases = ast.literal_eval(re.search(r"phases=(\([^)]*\))", source).group(1))
+        tags |= {"charts/SPS_interval", "perf/cuda_peak_bytes", *(f"perf/{phase}_seconds" for phase in phases)}
+    if "run.finish(" in source:
+        tags.add("eval/mean_return")
+    return tags
+
+
+def section(page, heading):
+    """The lines of a page's section, from its heading to the next heading of the same or a higher level."""
+    lines = (ROOT / "docs" / page).read_text(encoding="utf-8").split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("#") and heading in line)
+    level = len(lines[start]) - len(lines[start].lstrip("#"))
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].startswith("#") and len(lines[i]) - len(lines[i].lstrip("#")) <= level), len(lines))
+    return lines[start + 1:end]
+
+
+def table_rows(lines, first_header):
+    """The cells of the body rows of the Markdown table among `lines` whose header's first cell is `first_header`."""
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2:]:  # after the header and its --- line
+        if not line.strip().startswith("|"):
+            break
+        rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    return rows
+
+
+def test_conventions_tag_table_is_every_tag_each_script_writes():
+    table = {name: set() for name in SCRIPTS}
+    for tags, scripts, _ in table_rows(section("CONVENTIONS.md", "TensorBoard tags"), "tags"):
+        names = list(SCRIPTS) if scripts == "all" else [s.strip() for s in scripts.split(",")]
+        for name in names:
+            table[name] |= set(re.findall(r"`([^`]+)`", tags))
+    for name, script in SCRIPTS.items():
+        code = tags_in_code(script)
+        assert table[name] == code, (f"{script}: written but not in CONVENTIONS.md {sorted(code - table[name])}, "
+                                     f"in CONVENTIONS.md but not written {sorted(table[name] - code)}")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_script_page_lists_the_tags_it_writes(name):
+    """A page's tag section names no tag the script does not write, and covers every tag it writes, by name or by a
+    wildcard (`perf/*`)."""
+    code, lines = tags_in_code(SCRIPTS[name]), section(PAGES_OF[name], "TensorBoard tags")
+    named = {t for t in re.findall(r"`([^`]+)`", "\n".join(lines)) if TAG.match(t)}
+    exact = {t for t in named if "*" not in t}
+    wildcards = [re.compile(re.escape(t).replace(r"\*", "[A-Za-z_]*") + "$") for t in named if "*" in t]
+    assert exact <= code, f"{PAGES_OF[name]} names tags {SCRIPTS[name]} does not write: {sorted(exact - code)}"
+    uncovered = {t for t in code - exact if not any(w.match(t) for w in wildcards)}
+    assert not uncovered, f"{PAGES_OF[name]} does not list {sorted(uncovered)}"
+
+
+def args_defaults(script):
+    """The Args defaults of a script, read from its source (no import: the scripts need their environments)."""
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args")
+    return {node.target.id: ast.literal_eval(node.value) for node in cls.body
+            if isinstance(node, ast.AnnAssign) and node.value is not None and node.target.id != "exp_name"}
+
+
+@pytest.mark.parametrize("page, script", [("pqn.md", "abs_pqn_atari.py"), ("ppo.md", "abs_ppo_mujoco.py")])
+def test_default_tables_are_the_scripts_defaults(page, script):
+    defaults, checked = args_defaults(script), 0
+    for flags, values, _ in table_rows(section(page, "The flags that matter"), "flag"):
+        names = [f[2:].replace("-", "_") for f in re.findall(r"`(--[a-z-]+)`", flags)]
+        quoted = [v.strip().strip("`") for v in values.split(",")]
+        assert len(names) == len(quoted), f"{page}: {flags} | {values}"
+        for name, value in zip(names, quoted):
+            assert name in defaults, f"{page}: --{name} is not a flag of {script}"
+            assert str(defaults[name]) == value or (not isinstance(defaults[name], str)
+                                                     and float(defaults[name]) == float(value)), \
+                f"{page}: --{name} default {value}, {script}: {defaults[name]!r}"
+            checked += 1
+    assert checked >= 8
