@@ -10,19 +10,26 @@ PPO logs both divergences (`adapt/kl`, `adapt/divergence_ess`) whichever one its
 the difference of consecutive steps. Writes `study.md` (one row per run and a mean per label), `divergence.png`
 (both divergences over training, and against each other per measurement), `rollout.png` (L per iteration) and
 `returns.png` (training returns), each with a CSV of the plotted data.
+
+Runs are found and checked as the report finds them (runs.py), and their event files read record by record with
+the report's damage checks (events.py): a run whose event file is cut or corrupted, or whose events end before
+the run did, is left out and named in the notes, never counted as a shorter run.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402  (reading runs, final training return, figure helpers)
-from report import fmt, md_table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
+from events import load_run_events  # noqa: E402
+from figures import band_rows, grid, legend_or_note, save  # noqa: E402  (it sets matplotlib's Agg backend)
+import matplotlib.pyplot as plt  # noqa: E402
+from measures import final_training_return  # noqa: E402
+from runs import RETURN_TAG, add_run, find_runs  # noqa: E402
+from sections import fmt, md_table  # noqa: E402
 
 KL, ESS, ITERATION = "adapt/kl", "adapt/divergence_ess", "losses/policy_loss"
 
@@ -68,23 +75,22 @@ def unexpected_lengths(lengths, args: dict) -> np.ndarray:
 
 
 def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], list[str]]:
-    runs, notes = report.find_runs(label, root)
+    """The runs below root of the games and seeds asked for (all when empty), each with its iterations, rollout
+    lengths, final training return and divergences, and notes on what was skipped or left out."""
+    found, notes = find_runs(label, root)
     notes = [f"{label}: skipped {n}" for n in notes]
     kept = {}
-    for run in runs:
-        if (games and run.env_id not in games) or (seeds and run.seed not in seeds):
-            continue
-        old = kept.get((run.env_id, run.seed))
-        if old is not None:  # as report.py: the newer of two copies of one run
-            keep, drop = report.newer_copy(old, run)
-            notes.append(f"{label}: {run.env_id} seed {run.seed} found twice; kept the newer `{keep.path}`, "
-                         f"ignored `{drop.path}`")
-            run = keep
-        kept[(run.env_id, run.seed)] = run
+    for run in found:
+        if not (games and run.env_id not in games) and not (seeds and run.seed not in seeds):
+            add_run(kept, (run.env_id, run.seed), run, run.env_id, notes)
     out = []
     for run in kept.values():
-        args = json.loads((run.path / "eval_results.json").read_text()).get("args", {})
-        run.scalars = report.load_scalars(run.path, [KL, ESS, ITERATION, report.RETURN_TAG])
+        args = run.args
+        load_run_events(run, [KL, ESS, ITERATION, RETURN_TAG])
+        notes += [f"{label}: {n}" for n in run.event_notes]
+        if run.event_problems:
+            notes += [f"{label}: left out (event files damaged or incomplete): {p}" for p in run.event_problems]
+            continue
         if ITERATION not in run.scalars:
             notes.append(f"{label}: skipped `{run.path}`: no {ITERATION} events (not an abs_ppo_mujoco.py run?)")
             continue
@@ -97,7 +103,7 @@ def load(label: str, root: Path, games, seeds, last: int) -> tuple[list[dict], l
                          "not reliable")
         both = paired(run.scalars[KL], run.scalars[ESS]) if KL in run.scalars and ESS in run.scalars else None
         out.append({"run": run, "divergence": args.get("divergence", "kl") if args.get("adapt", True) else "none",
-                    "steps": steps, "L": lengths, "final": report.final_training_return(run, last),
+                    "steps": steps, "L": lengths, "final": final_training_return(run, last),
                     "pairs": both, "ratio": ratio_stats(*both[1:]) if both else None,
                     "bounds": {"kl": (args.get("kl_low"), args.get("kl_high")),
                                "ess": (args.get("ess_low"), args.get("ess_high"))}})
@@ -131,14 +137,14 @@ def mean_rows(data: dict[str, list[dict]], games) -> list[list[str]]:
 
 
 def panels(games, title):
-    fig, axes = report.grid(len(games), title)
+    fig, axes = grid(len(games), title)
     return fig, dict(zip(games, axes))
 
 
 def divergence_figure(data, games, out: Path) -> str:
     """Top: the KL (solid) and delta_ESS (dashed) over training, for each label's lowest seed that logs both, with
     the lower bounds --kl-low and --ess-low (grey); bottom: delta_ESS against the KL, every measurement."""
-    fig, axes = report.plt.subplots(2, len(games), figsize=(4.5 * len(games), 7.2), squeeze=False)
+    fig, axes = plt.subplots(2, len(games), figsize=(4.5 * len(games), 7.2), squeeze=False)
     fig.suptitle("The KL and delta_ESS of the same policy updates (one measurement every K-th iteration)")
     top, bottom = dict(zip(games, axes[0])), dict(zip(games, axes[1]))
     rows, traced = [], set()
@@ -159,12 +165,12 @@ def divergence_figure(data, games, out: Path) -> str:
                         ax.axhline(bound, color="grey", lw=0.8, ls=ls)
     for game in games:
         top[game].set(title=game, xlabel="environment steps", ylabel="divergence")
-        report.legend_or_note(top[game], "no run logs both divergences")
+        legend_or_note(top[game], "no run logs both divergences")
         lim = np.array(bottom[game].get_xlim())
         bottom[game].plot(lim, 2 * lim, "k:", lw=1, label="delta_ESS = 2 KL")
         bottom[game].set(xlabel="KL(pi_new || pi_snapshot), nats", ylabel="delta_ESS = 1 - ESS/n")
         bottom[game].legend(fontsize=7)
-    return report.save(fig, out, "divergence", ["task", "label", "seed", "step", "kl", "divergence_ess"], rows)
+    return save(fig, out, "divergence", ["task", "label", "seed", "step", "kl", "divergence_ess"], rows)
 
 
 def rollout_figure(data, games, out: Path) -> str:
@@ -180,8 +186,8 @@ def rollout_figure(data, games, out: Path) -> str:
             rows += [[r["run"].env_id, label, r["run"].seed, int(s), int(n)] for s, n in zip(r["steps"], r["L"])]
     for game, ax in ax_of.items():
         ax.set(title=game, xlabel="environment steps", ylabel="L (steps per environment per rollout)")
-        report.legend_or_note(ax, "no runs")
-    return report.save(fig, out, "rollout", ["task", "label", "seed", "step", "num_steps"], rows)
+        legend_or_note(ax, "no runs")
+    return save(fig, out, "rollout", ["task", "label", "seed", "step", "num_steps"], rows)
 
 
 def returns_figure(data, games, out: Path, bins: int) -> str:
@@ -189,14 +195,12 @@ def returns_figure(data, games, out: Path, bins: int) -> str:
     rows = []
     for i, (label, rs) in enumerate(data.items()):
         for game in games:
-            c = report.curve_rows([r["run"] for r in rs if r["run"].env_id == game], report.RETURN_TAG, bins)
-            if c is not None:
-                report.plot_band(ax_of[game], label, f"C{i}", c)
-                rows += [[game, label, *map(float, x[:4]), int(x[4])] for x in zip(*c)]
+            rows += band_rows(ax_of[game], [r["run"] for r in rs if r["run"].env_id == game], RETURN_TAG, bins, label,
+                              f"C{i}", [game]) or []
     for game, ax in ax_of.items():
         ax.set(title=game, xlabel="environment steps", ylabel="training episodic return")
-        report.legend_or_note(ax, "no runs")
-    return report.save(fig, out, "returns", ["task", "label", "step", "mean", "min", "max", "n_runs"], rows)
+        legend_or_note(ax, "no runs")
+    return save(fig, out, "returns", ["task", "label", "step", "mean", "min", "max", "n_runs"], rows)
 
 
 def write_study(data, games, notes, out: Path, args) -> Path:

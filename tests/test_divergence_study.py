@@ -136,3 +136,27 @@ def test_seeds_matching_nothing_say_so(tmp_path, capsys):
     write_run(tmp_path / "ppo" / "Hopper-v4__1", "Hopper-v4", 1, {"adapt": False, "num_steps": 2048}, [2048])
     assert study.main(["--runs", f"PPO={tmp_path / 'ppo'}", "--seeds", "7", "--out", str(tmp_path / "out")]) == 1
     assert "no finished abs_ppo_mujoco.py runs matching --seeds 7" in capsys.readouterr().err
+
+
+def test_a_damaged_event_file_is_named_and_its_run_left_out(tmp_path):
+    """A run whose event file is cut in its last record reads, through TensorBoard alone, as a run that ended a
+    little early. The study reads every file record by record as the report does: the run is left out and the
+    file named with where reading stopped, so its L and final training return never enter a table."""
+    fixed = {"adapt": False, "num_steps": 2048}
+    iterations, returns = [2048, 4096, 6144, 8192], [(2048, 1.0), (4096, 2.0), (6144, 3.0), (8192, 4.0)]
+    write_run(tmp_path / "ppo" / "Hopper-v4__1", "Hopper-v4", 1, fixed, iterations, returns=returns)
+    write_run(tmp_path / "ppo" / "Hopper-v4__2", "Hopper-v4", 2, fixed, iterations, returns=returns)
+    [events] = (tmp_path / "ppo" / "Hopper-v4__1").glob("events.out.tfevents.*")
+    size = events.stat().st_size
+    with open(events, "r+b") as f:
+        f.truncate(size - 10)  # the last record cut short
+    out = tmp_path / "out"
+    assert study.main(["--runs", f"PPO={tmp_path / 'ppo'}", "--out", str(out)]) == 0
+    text = (out / "study.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| Hopper-v4 | PPO |")]
+    assert [r.split(" | ")[2] for r in rows] == ["2", "1"]  # per run: seed 2 alone; the mean: over 1 run
+    assert (f"- PPO: left out (event files damaged or incomplete): `{events}` (PPO Hopper seed 1): damaged: a record "
+            f"cut short (in its data) at byte ") in text
+    assert f"of {size - 10:,}; TensorBoard stops reading the file there, so its events end at step 8,192" in text
+    with open(out / "returns.csv") as f:
+        assert {row[-1] for row in list(csv.reader(f))[1:]} == {"1"}  # every bin rests on seed 2 alone

@@ -17,50 +17,55 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
+import events  # noqa: E402
+import measures  # noqa: E402
 import report  # noqa: E402
+import runs  # noqa: E402
+import sections  # noqa: E402
+import stats  # noqa: E402
 
 FIGURES = ("learning_curves", "adapt", "improvement_rate", "aggregates")
 
 
 # ----------------------------------------------------------------------------- statistics
 def test_score_table_and_hns():
-    table = report.load_atari_scores()
+    table = runs.load_atari_scores()
     assert len(table) == 57
     assert sum(s["atari10"] for s in table.values()) == 10
-    assert report.benchmark_games("atari5", table) == ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]
+    assert runs.benchmark_games("atari5", table) == ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]
     b = table["Breakout"]  # random 1.7, human 30.5
     assert (b["random"], b["human"]) == (1.7, 30.5)
-    np.testing.assert_allclose(report.human_normalized_score([1.7, 30.5, 16.1, 59.3], 1.7, 30.5), [0, 1, 0.5, 2])
-    assert report.human_normalized_score(-17.5, -18.6, -16.4) == pytest.approx(0.5)  # DoubleDunk-like, negative
-    assert report.game_of("Breakout-v5") == report.game_of("ALE/Breakout-v5") == "Breakout"
-    assert report.game_of("HalfCheetah-v5") == "HalfCheetah"
+    np.testing.assert_allclose(stats.human_normalized_score([1.7, 30.5, 16.1, 59.3], 1.7, 30.5), [0, 1, 0.5, 2])
+    assert stats.human_normalized_score(-17.5, -18.6, -16.4) == pytest.approx(0.5)  # DoubleDunk-like, negative
+    assert runs.game_of("Breakout-v5") == runs.game_of("ALE/Breakout-v5") == "Breakout"
+    assert runs.game_of("HalfCheetah-v5") == "HalfCheetah"
 
 
 def test_iqm_known_answers():
-    assert report.iqm(np.arange(8).reshape(2, 4)) == pytest.approx(3.5)  # drops 0,1 and 6,7
-    assert report.iqm([[0, 1, 2, 100]]) == pytest.approx(1.5)  # an outlier does not move it
-    point = report.aggregate(np.array([[0.0, 2.0], [1.0, 3.0]]))  # IQM, median, mean, optimality gap
+    assert stats.iqm(np.arange(8).reshape(2, 4)) == pytest.approx(3.5)  # drops 0,1 and 6,7
+    assert stats.iqm([[0, 1, 2, 100]]) == pytest.approx(1.5)  # an outlier does not move it
+    point = stats.aggregate(np.array([[0.0, 2.0], [1.0, 3.0]]))  # IQM, median, mean, optimality gap
     np.testing.assert_allclose(point, [1.5, 1.5, 1.5, 1 - (0 + 1 + 1 + 1) / 4])
 
 
 def test_improvement_rate_and_early_late():
-    assert report.improvement_rate(2.0, 1.0) == 1.0
-    assert report.improvement_rate(1.0, -2.0) == 1.5  # |other| in the denominator
-    assert np.isnan(report.improvement_rate(1.0, 0.0))
+    assert stats.improvement_rate(2.0, 1.0) == 1.0
+    assert stats.improvement_rate(1.0, -2.0) == 1.5  # |other| in the denominator
+    assert np.isnan(stats.improvement_rate(1.0, 0.0))
     steps, values = np.arange(0, 1001, 100), np.arange(0, 1001, 100) / 10
-    assert report.early_mean(steps, values, 1000) == 5.0  # steps 0, 100
-    assert report.late_variance(steps, values, 1000) == 25.0  # values 90, 100
-    assert np.isnan(report.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
-    assert report.finite_mean([1.0, np.nan, 3.0]) == 2.0
+    assert stats.early_mean(steps, values, 1000) == 5.0  # steps 0, 100
+    assert stats.late_variance(steps, values, 1000) == 25.0  # values 90, 100
+    assert np.isnan(stats.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
+    assert stats.finite(np.mean, [1.0, np.nan, 3.0]) == 2.0
     # Whole-run return: mean of the ten tenths' means. Tenth 1 holds steps 0, 50 (returns 0, 5: mean 2.5), tenths
     # 2-10 one game each at steps 100, ..., 900 (returns 10, ..., 90); 1000 falls in the last tenth with 90.
     steps = np.array([0, 50, *range(100, 1001, 100)])
     values = steps / 10
     tenths = [2.5, 10, 20, 30, 40, 50, 60, 70, 80, (90 + 100) / 2]
-    assert report.curve_area(steps, values, 1000) == pytest.approx(sum(tenths) / 10)
-    assert report.curve_area(steps, values, 1000) != pytest.approx(values.mean())  # not the mean over games
-    assert report.curve_area([0, 950], [4.0, 8.0], 1000) == 6.0  # empty tenths are left out
-    assert np.isnan(report.curve_area([], [], 1000))
+    assert stats.curve_area(steps, values, 1000) == pytest.approx(sum(tenths) / 10)
+    assert stats.curve_area(steps, values, 1000) != pytest.approx(values.mean())  # not the mean over games
+    assert stats.curve_area([0, 950], [4.0, 8.0], 1000) == 6.0  # empty tenths are left out
+    assert np.isnan(stats.curve_area([], [], 1000))
 
 
 def test_late_variance_is_per_game_whatever_the_rollout_length(tmp_path):
@@ -81,12 +86,12 @@ def test_late_variance_is_per_game_whatever_the_rollout_length(tmp_path):
             for x in g:
                 w.add_scalar("charts/episodic_return", x, step)
         w.close()
-        s, v = report.load_scalars(tmp_path / f"L{L}", ["charts/episodic_return"])["charts/episodic_return"]
+        s, v = events.load_scalars(tmp_path / f"L{L}", ["charts/episodic_return"])["charts/episodic_return"]
         assert len(v) == games.size and np.all(np.diff(s) >= 0)  # every game kept, several per step
         np.testing.assert_allclose(np.sort(v), np.sort(games.ravel().astype(np.float32)))
-        late[L] = report.late_variance(s, v, T)
+        late[L] = stats.late_variance(s, v, T)
         sel = steps >= 0.9 * T
-        old[L] = report.late_variance(steps[sel], games[sel].mean(1), T)
+        old[L] = stats.late_variance(steps[sel], games[sel].mean(1), T)
         assert (s >= 0.9 * T).sum() > 1400
     for L in late:  # ~1500 games each: the sampling error of a variance is about 4%
         assert late[L] == pytest.approx(100.0 ** 2, rel=0.2)
@@ -98,40 +103,40 @@ def test_pairwise_wins_and_robust_improvement():
     values = {("g1", "A"): 2.0, ("g1", "B"): 1.0, ("g2", "A"): 1.0, ("g2", "B"): 3.0, ("g3", "A"): 5.0,
               ("g3", "B"): 5.0, ("g4", "A"): 1.0, ("g5", "B"): 1.0, ("g6", "A"): np.nan, ("g6", "B"): 1.0}
     games = ["g1", "g2", "g3", "g4", "g5", "g6"]
-    assert report.pairwise_wins(values, "A", "B", games) == (1, 3)  # g3 a tie, g4-g6 lack a value
-    assert report.pairwise_wins(values, "B", "A", games) == (1, 3)
-    assert report.pairwise_wins(values, "A", "B", games, min) == (1, 3)
+    assert stats.pairwise_wins(values, "A", "B", games) == (1, 3)  # g3 a tie, g4-g6 lack a value
+    assert stats.pairwise_wins(values, "B", "A", games) == (1, 3)
+    assert stats.pairwise_wins(values, "A", "B", games, min) == (1, 3)
     # PrivateEye (random 24.9, human 69571.3): 300 vs 100 is +266% in the paper's form on HNS, 0.29% robust.
-    pe = report.load_atari_scores()["PrivateEye"]
-    hns_a, hns_b = (report.human_normalized_score(x, pe["random"], pe["human"]) for x in (300.0, 100.0))
-    assert report.improvement_rate(hns_a, hns_b) == pytest.approx((300 - 100) / (100 - 24.9))
-    assert report.robust_improvement(300.0, 100.0, pe["random"], pe["human"]) == pytest.approx(
+    pe = runs.load_atari_scores()["PrivateEye"]
+    hns_a, hns_b = (stats.human_normalized_score(x, pe["random"], pe["human"]) for x in (300.0, 100.0))
+    assert stats.improvement_rate(hns_a, hns_b) == pytest.approx((300 - 100) / (100 - 24.9))
+    assert stats.robust_improvement(300.0, 100.0, pe["random"], pe["human"]) == pytest.approx(
         200 / (69571.3 - 24.9))
     # A baseline above the human score is its own denominator: (50 - 40) / (40 - 1.7) on Breakout-like numbers.
-    assert report.robust_improvement(50.0, 40.0, 1.7, 30.5) == pytest.approx(10 / 38.3)
+    assert stats.robust_improvement(50.0, 40.0, 1.7, 30.5) == pytest.approx(10 / 38.3)
     # Without a score table (MuJoCo): symmetric relative difference, bounded, NaN only when both are 0.
-    assert report.robust_improvement(3600.0, 3000.0) == pytest.approx(600 / 3600)
-    assert report.robust_improvement(-100.0, 100.0) == pytest.approx(-2.0)
-    assert np.isnan(report.robust_improvement(0.0, 0.0))
-    assert report.finite_median([1.0, np.nan, 3.0, 10.0]) == 3.0
+    assert stats.robust_improvement(3600.0, 3000.0) == pytest.approx(600 / 3600)
+    assert stats.robust_improvement(-100.0, 100.0) == pytest.approx(-2.0)
+    assert np.isnan(stats.robust_improvement(0.0, 0.0))
+    assert stats.finite(np.median, [1.0, np.nan, 3.0, 10.0]) == 3.0
 
 
 def test_final_training_return_is_the_mean_of_the_last_games_in_step_order():
-    run = report.Run("PPO", Path("."), "Hopper-v4", "Hopper", 1, 0.0, 150, 150)
-    assert np.isnan(report.final_training_return(run, 100))  # no games logged
+    run = runs.Run("PPO", Path("."), "Hopper-v4", "Hopper", 1, 0.0, 150, 150)
+    assert np.isnan(measures.final_training_return(run, 100))  # no games logged
     steps = np.repeat(np.arange(75.0), 2)  # two games end at each step
-    run.scalars[report.RETURN_TAG] = (steps, np.arange(1.0, 151.0))
-    assert report.final_training_return(run, 100) == pytest.approx(np.mean(np.arange(51.0, 151.0)))  # 100.5
-    assert report.final_training_return(run, 10) == pytest.approx(145.5)
-    assert report.final_training_return(run, 1000) == pytest.approx(75.5)  # fewer games than asked: all of them
+    run.scalars[runs.RETURN_TAG] = (steps, np.arange(1.0, 151.0))
+    assert measures.final_training_return(run, 100) == pytest.approx(np.mean(np.arange(51.0, 151.0)))  # 100.5
+    assert measures.final_training_return(run, 10) == pytest.approx(145.5)
+    assert measures.final_training_return(run, 1000) == pytest.approx(75.5)  # fewer games than asked: all of them
     data = {"PPO": {"Hopper": {1: run, 2: copy_run(run, 50.0)}}}
-    assert report.final_training_returns(data, ["Hopper"], last=10) == {("Hopper", "PPO"): {1: 145.5, 2: 195.5}}
+    assert measures.per_seed(data, ["Hopper"], lambda r: measures.final_training_return(r, 10)) == {("Hopper", "PPO"): {1: 145.5, 2: 195.5}}
 
 
 def copy_run(run, shift):
     import dataclasses
-    steps, values = run.scalars[report.RETURN_TAG]
-    return dataclasses.replace(run, seed=run.seed + 1, scalars={report.RETURN_TAG: (steps, values + shift)})
+    steps, values = run.scalars[runs.RETURN_TAG]
+    return dataclasses.replace(run, seed=run.seed + 1, scalars={runs.RETURN_TAG: (steps, values + shift)})
 
 
 def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
@@ -140,10 +145,10 @@ def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
     widths = {}
     for n in (3, 30):
         scores = games + rng.normal(0, 0.3, size=(n, 5))
-        point, ci = report.bootstrap_ci({"x": scores}, reps=300, seed=1)
+        point, ci = stats.bootstrap_ci({"x": scores}, reps=300, seed=1)
         lo, hi = ci["x"]
         assert np.all(lo <= point["x"] + 1e-12) and np.all(point["x"] <= hi + 1e-12)
-        np.testing.assert_allclose(point["x"][0], report.iqm(scores))
+        np.testing.assert_allclose(point["x"][0], stats.iqm(scores))
         widths[n] = hi - lo
     assert np.all(widths[30] < widths[3])
 
@@ -155,10 +160,10 @@ def test_bootstrap_ci_is_set_by_its_seed_alone():
     cis = []
     for before in (1, 2):
         np.random.seed(before)
-        cis.append(report.bootstrap_ci({"x": scores}, reps=200, seed=7)[1]["x"])
+        cis.append(stats.bootstrap_ci({"x": scores}, reps=200, seed=7)[1]["x"])
         assert np.random.randint(1 << 30) == np.random.RandomState(before).randint(1 << 30)
     np.testing.assert_array_equal(cis[0], cis[1])
-    other = report.bootstrap_ci({"x": scores}, reps=200, seed=8)[1]["x"]
+    other = stats.bootstrap_ci({"x": scores}, reps=200, seed=8)[1]["x"]
     assert not np.array_equal(other, cis[0])
 
 
@@ -166,67 +171,67 @@ def test_bootstrap_ci_is_set_by_its_seed_alone():
 def test_student_t_interval_by_hand():
     # 1, 2, 4: mean 7/3 = 2.3333; deviations -4/3, -1/3, 5/3, squares sum 42/9 = 4.6667, s^2 = 4.6667 / 2 = 2.3333,
     # s = 1.5275; t_{0.975, 2} = 4.3027 (t table, 2 df); half-width 4.3027 * 1.5275 / sqrt(3) = 3.7946.
-    mean, lo, hi = report.t_interval([1.0, 2.0, 4.0])
+    mean, lo, hi = stats.t_interval([1.0, 2.0, 4.0])
     assert mean == pytest.approx(2.3333, abs=1e-4)
     assert (hi - mean, mean - lo) == (pytest.approx(3.7946, abs=1e-4), pytest.approx(3.7946, abs=1e-4))
     assert (lo, hi) == (pytest.approx(-1.4613, abs=1e-4), pytest.approx(6.1279, abs=1e-4))
     # Two values 100, 150: s = 35.355, t_{0.975, 1} = 12.706, half-width 12.706 * 35.355 / sqrt(2) = 317.65.
-    assert report.t_interval([100.0, 150.0])[2] == pytest.approx(125 + 317.65, abs=0.01)
+    assert stats.t_interval([100.0, 150.0])[2] == pytest.approx(125 + 317.65, abs=0.01)
     # n = 1: a mean and no interval, and the table says so.
-    mean, lo, hi = report.t_interval([3600.0])
+    mean, lo, hi = stats.t_interval([3600.0])
     assert mean == 3600.0 and np.isnan(lo) and np.isnan(hi)
-    assert report.t_text({1: 3600.0}) == "n = 1, no interval"
-    assert report.t_text({1: 1.0, 2: 2.0, 3: 4.0}) == "[-1.461, 6.128]"
-    assert report.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
+    assert sections.t_text({1: 3600.0}) == "n = 1, no interval"
+    assert sections.t_text({1: 1.0, 2: 2.0, 3: 4.0}) == "[-1.461, 6.128]"
+    assert sections.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
 
 
 def test_welch_interval_by_hand():
     # Equal sizes and spreads: a = 1, 2, 3 and b = 4, 5, 6 have s^2 = 1, v = s^2 / n = 1/3 each; diff -3,
     # se = sqrt(2/3) = 0.8165, df = (2/3)^2 / ((1/3)^2 / 2 + (1/3)^2 / 2) = 4, t_{0.975, 4} = 2.7764: half 2.2669.
-    diff, lo, hi, df = report.welch_interval([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    diff, lo, hi, df = stats.welch_interval([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
     assert (diff, df) == (pytest.approx(-3.0), pytest.approx(4.0))
     assert (lo, hi) == (pytest.approx(-5.2669, abs=1e-4), pytest.approx(-0.7331, abs=1e-4))
     # Unequal: a = 0, 2 (mean 1, s^2 2, v 1), b = 0, 0, 6 (mean 2, s^2 12, v 4): diff -1, se = sqrt(5) = 2.2361,
     # Welch-Satterthwaite df = (1 + 4)^2 / (1^2 / 1 + 4^2 / 2) = 25 / 9 = 2.7778 (a pooled t-test would have 3);
     # t_{0.975, 25/9} = 3.3314: half-width 3.3314 * 2.2361 = 7.4493.
-    diff, lo, hi, df = report.welch_interval([0.0, 2.0], [0.0, 0.0, 6.0])
+    diff, lo, hi, df = stats.welch_interval([0.0, 2.0], [0.0, 0.0, 6.0])
     assert (diff, df) == (pytest.approx(-1.0), pytest.approx(25 / 9))
     assert (lo, hi) == (pytest.approx(-8.4493, abs=1e-4), pytest.approx(6.4493, abs=1e-4))
     # One run on a side, or no spread on either: a difference and no interval.
-    assert np.isnan(report.welch_interval([1.0], [2.0, 3.0])[1]) and report.welch_interval([1.0], [2.0, 3.0])[0] == -1.5
-    diff, lo, hi, df = report.welch_interval([25.0, 25.0], [6.25, 6.25])
+    assert np.isnan(stats.welch_interval([1.0], [2.0, 3.0])[1]) and stats.welch_interval([1.0], [2.0, 3.0])[0] == -1.5
+    diff, lo, hi, df = stats.welch_interval([25.0, 25.0], [6.25, 6.25])
     assert diff == 18.75 and np.isnan(lo) and np.isnan(df)
 
 
 def test_exact_permutation_p_by_enumeration():
     # 4, 5, 6 vs 1, 2, 3: of the C(6, 3) = 20 splits only the observed one and its mirror reach |diff| = 3.
-    assert report.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 20, True)
+    assert stats.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 20, True)
     # Overlap and ties: 1, 2, 3 vs 2, 3, 4, |diff| = 1. The pool 1, 2a, 2b, 3a, 3b, 4 sums to 15 and a split with
     # group sum S has diff (2S - 15) / 3, so |diff| >= 1 iff S <= 6 or S >= 9. With the 1: {2a,2b} 5, {2a,3a} 6,
     # {2a,3b} 6, {2b,3a} 6, {2b,3b} 6 (5 splits; {2a,4}, {2b,4} 7, {3a,3b} 7, {3a,4}, {3b,4} 8 do not); without it:
     # {2a,3a,4}, {2a,3b,4}, {2b,3a,4}, {2b,3b,4} 9 and {3a,3b,4} 10 (5 splits; the other five sum to 7 or 8).
     # p = 10 / 20 = 0.5.
-    assert report.permutation_p([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == (pytest.approx(0.5), 20, True)
+    assert stats.permutation_p([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == (pytest.approx(0.5), 20, True)
     # Unequal sizes: 10, 11 vs 1, 2, 3: diff (5S - 54) / 6 for a pair summing to S; the observed S = 21 gives 8.5, the
     # most negative S = 3 gives -6.5: only the observed split of C(5, 2) = 10 is as extreme, p = 0.1.
-    assert report.permutation_p([10.0, 11.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 10, True)
+    assert stats.permutation_p([10.0, 11.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 10, True)
     # 200, 300 vs 100, 150 (C(4, 2) = 6): |diff| 125 for the observed split and its mirror, 75 and 25 for the others.
-    assert report.permutation_p([200.0, 300.0], [100.0, 150.0])[0] == pytest.approx(1 / 3)
+    assert stats.permutation_p([200.0, 300.0], [100.0, 150.0])[0] == pytest.approx(1 / 3)
     # Above the limit of enumerated relabellings a seeded sample is drawn instead: (1 + hits) / (1 + samples).
-    p, n, exact = report.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0], exact_limit=10, samples=2000)
+    p, n, exact = stats.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0], exact_limit=10, samples=2000)
     assert not exact and n == 2000 and p == pytest.approx(0.1, abs=0.03)
 
 
 def test_smallest_possible_p_and_its_statement():
-    assert report.min_permutation_p(3, 3) == pytest.approx(2 / 20)
-    assert report.min_permutation_p(2, 3) == pytest.approx(1 / 10)
-    assert report.min_permutation_p(3, 4) == pytest.approx(1 / 35)
-    assert report.min_permutation_p(1, 1) == 1.0
-    assert report.min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
+    assert stats.min_permutation_p(3, 3) == pytest.approx(2 / 20)
+    assert stats.min_permutation_p(2, 3) == pytest.approx(1 / 10)
+    assert stats.min_permutation_p(3, 4) == pytest.approx(1 / 35)
+    assert stats.min_permutation_p(1, 1) == 1.0
+    assert sections.min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
                                             "relabellings): no difference can reach p < 0.05")
-    assert report.min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
+    assert sections.min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
                                             "relabellings), below 0.05")
-    assert "no difference can reach" in report.min_p_statement(1, 1)
+    assert "no difference can reach" in sections.min_p_statement(1, 1)
 
 
 def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, window, total, adapt=True):
@@ -254,13 +259,13 @@ def test_burn_in_share_from_event_files(tmp_path):
     write_adapt_run(tmp_path / "ABS" / "c", "Hopper-v4", 3, steps[:2], [16, 16], 3, 10_000)
     write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, steps, [32] * 7, 3, 10_000, adapt=False)
     data, games, _ = report.collect({"ABS": tmp_path / "ABS", "PPO": tmp_path / "PPO"}, None, {})
-    burn, notes = report.burn_in(data, games)
+    burn, notes = measures.burn_in(data, games)
     assert set(burn) == {("Hopper", "ABS")} and notes == []
     got = burn[("Hopper", "ABS")]
     assert got[1] == (480.0, pytest.approx(0.48), 16.0, 3)
     assert got[2] == (800.0, pytest.approx(0.80), 16.0, 5)
     assert got[3][0] == float("inf") and got[3][1] == 1.0
-    assert report.burn_in_share([160, 320, 480], 3, 4000) == (480.0, 1.0)  # ends after the early window (400)
+    assert stats.burn_in_share([160, 320, 480], 3, 4000) == (480.0, 1.0)  # ends after the early window (400)
     assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
                         "--reps", "20"]) == 0
     el = section((tmp_path / "o" / "report.md").read_text(), "Early / late")
@@ -272,7 +277,7 @@ def test_burn_in_share_from_event_files(tmp_path):
     # An L that moves before the W-th measurement is not a burn-in at one L: noted.
     write_adapt_run(tmp_path / "odd" / "a", "Hopper-v4", 1, steps, [16, 18, 20, 24, 27, 30, 32], 3, 10_000)
     data, games, _ = report.collect({"odd": tmp_path / "odd"}, None, {})
-    assert report.burn_in(data, games)[1] == ["odd: Hopper seed 1: adapt/num_steps moved before its W-th measurement "
+    assert measures.burn_in(data, games)[1] == ["odd: Hopper seed 1: adapt/num_steps moved before its W-th measurement "
                                               "(W = 3), not a burn-in at one L"]
 
 
@@ -332,18 +337,18 @@ def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finis
 
 def test_read_run_scores_from_the_mean_or_the_returns_and_names_an_empty_evaluation(tmp_path):
     write_run(tmp_path / "a", "Amidar-v5", 1, 250.0)
-    assert report.read_run("ABS", tmp_path / "a").score == 250.0
+    assert runs.read_run("ABS", tmp_path / "a").score == 250.0
     res = json.loads((tmp_path / "a" / "eval_results.json").read_text())
     res["eval"] = {"episodes": 2, "returns": [100.0, 300.0], "mean": None}  # mean null: use the returns
     (tmp_path / "a" / "eval_results.json").write_text(json.dumps(res))
-    assert report.read_run("ABS", tmp_path / "a").score == 200.0
+    assert runs.read_run("ABS", tmp_path / "a").score == 200.0
     # What a script writes with --eval-episodes 0: null statistics, no returns.
     res["eval"] = {"episodes": 0, "returns": [], "lengths": [], "mean": None, "std": None, "median": None,
                    "min": None, "max": None, "capped": 0}
     (tmp_path / "a" / "eval_results.json").write_text(json.dumps(res))
     with pytest.raises(ValueError, match="no evaluation episodes"):
-        report.read_run("ABS", tmp_path / "a")
-    _, skipped = report.find_runs("ABS", tmp_path)
+        runs.read_run("ABS", tmp_path / "a")
+    _, skipped = runs.find_runs("ABS", tmp_path)
     assert len(skipped) == 1 and "no evaluation episodes" in skipped[0]
 
 
@@ -364,7 +369,7 @@ def fixture_runs(tmp_path_factory):
 
 
 def hns(score, game):
-    s = report.load_atari_scores()[game]
+    s = runs.load_atari_scores()[game]
     return (score - s["random"]) / (s["human"] - s["random"])
 
 
@@ -401,10 +406,10 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     mean = np.mean(m)
     abs_row, small_row = row(section(md, "Aggregate"), "ABS"), row(section(md, "Aggregate"), "Small")
     expected_aggregates = ((m[1] + m[2]) / 2, mean, mean, 1 - mean)  # IQM, median of 2 game means, mean, gap
-    assert [c.split(" [")[0] for c in abs_row[1:5]] == [report.fmt(x) for x in expected_aggregates]
+    assert [c.split(" [")[0] for c in abs_row[1:5]] == [sections.fmt(x) for x in expected_aggregates]
     assert abs_row[5:] == ["2", "4"] and small_row[5:] == ["1", "2"]
     small_mean = (hns(100, "Amidar") + hns(150, "Amidar")) / 2
-    assert small_row[1].startswith(report.fmt(small_mean) + " [")
+    assert small_row[1].startswith(sections.fmt(small_mean) + " [")
     lo, hi = (float(x) for x in re.findall(r"\[(\S+), (\S+)\]", abs_row[1])[0])
     assert lo <= float(abs_row[1].split()[0]) <= hi
 
@@ -421,16 +426,16 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     # ABS - Small on Amidar: 125; Welch v = 2500 + 625, df = 3125^2 / (2500^2 + 625^2) = 1.4706; permutation: of the
     # C(4, 2) = 6 splits, the observed one and its mirror have |diff| 125 (the others 75 and 25): p = 1/3.
     diff = row_of(per_game, "Amidar", "ABS − Small")
-    _, lo, hi, df = report.welch_interval([200.0, 300.0], [100.0, 150.0])
-    assert diff[2:] == ["125.0", f"[{report.fmt(lo)}, {report.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
+    _, lo, hi, df = stats.welch_interval([200.0, 300.0], [100.0, 150.0])
+    assert diff[2:] == ["125.0", f"[{sections.fmt(lo)}, {sections.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
     assert df == pytest.approx(3125 ** 2 / (2500 ** 2 + 625 ** 2))
     assert "- ABS vs Small (Amidar): with 2 vs 2 runs the smallest possible p is 0.33 (2 of 6 relabellings): no " \
         "difference can reach p < 0.05." in per_game
 
     # Per-game HNS (Atari): with 2 runs per game the IQM trims nothing, so the table gives the mean HNS and says so.
     hns_table = section(md, "Per-game human-normalised score")
-    assert row_of(hns_table, "Amidar", "ABS")[3] == f"**{report.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)}**"
-    assert row_of(hns_table, "Amidar", "Small")[3] == report.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)
+    assert row_of(hns_table, "Amidar", "ABS")[3] == f"**{sections.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)}**"
+    assert row_of(hns_table, "Amidar", "Small")[3] == sections.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)
     assert row_of(hns_table, "Qbert", "Small")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
     assert "with n <= 3 it drops nothing and equals the mean. With at most 3 runs of each game here the IQM is " \
         "this mean." in hns_table and "IQM over seeds |" not in hns_table
@@ -463,12 +468,12 @@ def test_report_end_to_end(fixture_runs, tmp_path):
 
     # Improvement rate on HNS: (250 - 125) / (125 - random) for Amidar.
     ir = section(md, "Improvement rate")
-    expected = 100 * (250 - 125) / (125 - report.load_atari_scores()["Amidar"]["random"])
+    expected = 100 * (250 - 125) / (125 - runs.load_atari_scores()["Amidar"]["random"])
     assert row(ir, "Amidar")[1] == f"{expected:.1f}%"
     assert row(ir, "**mean**")[1] == f"**{expected:.1f}%** (1 games)"
     assert row(ir, "**median**")[1] == f"**{expected:.1f}%** (1 games)"
     assert "(s_ABS - s_X) / |s_X|" in ir
-    amidar = report.load_atari_scores()["Amidar"]  # robust: (250 - 125) / (max(human, 125) - random)
+    amidar = runs.load_atari_scores()["Amidar"]  # robust: (250 - 125) / (max(human, 125) - random)
     robust = ir.split("### Robust improvement")[1]
     assert row(robust, "Amidar")[1] == f"{100 * 125 / (amidar['human'] - amidar['random']):.1f}%"
     assert "- ABS over Small: Qbert (no finished run of Small)" in ir
@@ -567,7 +572,7 @@ def test_adapt_figure_shows_the_divergence_each_ppo_run_scheduled_on(tmp_path):
         if divergence is not None:
             res["args"]["divergence"] = divergence
         (run_dir / "eval_results.json").write_text(json.dumps(res))
-    assert report.read_run("ESS", tmp_path / "ESS" / "a").divergence_tags == ("adapt/divergence_ess",)
+    assert runs.read_run("ESS", tmp_path / "ESS" / "a").divergence_tags == ("adapt/divergence_ess",)
     assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in ("KL", "ESS", "OLD")), "--out",
                         str(tmp_path / "out"), "--reps", "20", "--benchmark", "mujoco"]) == 0
     with open(tmp_path / "out" / "adapt.csv") as f:
@@ -583,8 +588,8 @@ def test_compare_pairs_and_mixed_lengths(tmp_path):
                           ("L_ABS", (300.0, 10.0))):
         for game, score in zip(("Amidar", "PrivateEye"), scores):
             write_run(tmp_path / label / game, f"{game}-v5", 1, score)
-    runs = [f"{lb}={tmp_path / lb}" for lb in ("fixed", "ABS", "L_fixed", "L_ABS")]
-    assert report.main(["--runs", *runs, "--out", str(tmp_path / "out"), "--reps", "20",
+    dirs = [f"{lb}={tmp_path / lb}" for lb in ("fixed", "ABS", "L_fixed", "L_ABS")]
+    assert report.main(["--runs", *dirs, "--out", str(tmp_path / "out"), "--reps", "20",
                         "--compare", "ABS", "fixed", "--compare", "L_ABS", "L_fixed"]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     ir = section(md, "Improvement rate")
@@ -594,22 +599,22 @@ def test_compare_pairs_and_mixed_lengths(tmp_path):
     assert "- L_ABS vs L_fixed: **L_ABS higher in 0 of 2 games**" in md  # PrivateEye 10 vs 10: a tie
     # fixed scored PrivateEye's random score (HNS 0): the paper's form is undefined and the game is listed as left
     # out of it; the robust form is (30 - 24.9) / (max(human, 24.9) - random).
-    pe = report.load_atari_scores()["PrivateEye"]
+    pe = runs.load_atari_scores()["PrivateEye"]
     assert row(ir.split("### Robust improvement")[0], "PrivateEye")[1:] == ["–", "0.0%"]
     robust = ir.split("### Robust improvement")[1]
     assert row(robust, "PrivateEye")[1] == f"{100 * (30 - 24.9) / (pe['human'] - pe['random']):.1f}%"
     assert "- ABS over fixed: PrivateEye (s_fixed = 0: the paper's form is undefined" in ir
     with pytest.raises(SystemExit):
-        report.parse_args(["--runs", *runs, "--compare", "ABS", "nope"])
+        report.parse_args(["--runs", *dirs, "--compare", "ABS", "nope"])
 
     write_run(tmp_path / "ABS" / "Amidar-short", "Amidar-v5", 2, 50.0, total=500)
-    assert report.main(["--runs", *runs, "--out", str(tmp_path / "o2"), "--reps", "20"]) == 2
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", *runs, "--out",
+    assert report.main(["--runs", *dirs, "--out", str(tmp_path / "o2"), "--reps", "20"]) == 2
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", *dirs, "--out",
                           str(tmp_path / "o3"), "--reps", "20"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "label ABS has runs of different lengths (total_timesteps 500, 1,000)" in res.stderr
     assert "--allow-mixed-timesteps" in res.stderr and not (tmp_path / "o3").exists()
-    assert report.main(["--runs", *runs, "--out", str(tmp_path / "o4"), "--reps", "20",
+    assert report.main(["--runs", *dirs, "--out", str(tmp_path / "o4"), "--reps", "20",
                         "--allow-mixed-timesteps"]) == 0
     assert "ABS: pools runs of different lengths" in (tmp_path / "o4" / "report.md").read_text()
 
@@ -638,8 +643,8 @@ def test_skipped_comparisons_are_listed_and_never_replaced_by_reference_vs_all(t
     whose labels lack runs are listed as skipped; the report does not compare the reference with every label."""
     for label in ("S_ABS", "L_fixed"):
         write_run(tmp_path / label / "Amidar", "Amidar-v5", 1, 100.0)
-    runs = [f"{lb}={tmp_path / lb}" for lb in ("S_ABS", "L_fixed")]
-    assert report.main(["--runs", *runs, "--out", str(tmp_path / "out"), "--reps", "20",
+    dirs = [f"{lb}={tmp_path / lb}" for lb in ("S_ABS", "L_fixed")]
+    assert report.main(["--runs", *dirs, "--out", str(tmp_path / "out"), "--reps", "20",
                         "--skip-compare", "S_ABS", "S_fixed", "--skip-compare", "L_ABS", "L_fixed"]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "S_ABS over L_fixed" not in md and "S_ABS vs L_fixed" not in md
@@ -649,21 +654,21 @@ def test_skipped_comparisons_are_listed_and_never_replaced_by_reference_vs_all(t
         "of L_ABS" in ir and "| game |" not in ir
     assert "- no comparison with runs of both its labels" in section(md, "Per-game evaluation return")
     with pytest.raises(SystemExit):  # a pair with runs of both labels is compared, not skipped
-        report.parse_args(["--runs", *runs, "--skip-compare", "S_ABS", "L_fixed"])
+        report.parse_args(["--runs", *dirs, "--skip-compare", "S_ABS", "L_fixed"])
 
 
 def test_total_timesteps_keeps_one_length_and_lists_the_others(tmp_path):
     write_run(tmp_path / "ABS" / "full", "Amidar-v5", 1, 200.0, total=1000)
     write_run(tmp_path / "ABS" / "mini", "Amidar-v5", 2, 50.0, total=20)
-    runs = ["--runs", f"ABS={tmp_path / 'ABS'}", "--reps", "20"]
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *runs, "--out", str(tmp_path / "o1")],
+    dirs = ["--runs", f"ABS={tmp_path / 'ABS'}", "--reps", "20"]
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *dirs, "--out", str(tmp_path / "o1")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "pass --total-timesteps N to report only the runs of length N" in res.stderr
-    assert report.main([*runs, "--out", str(tmp_path / "o2"), "--total-timesteps", "1000"]) == 0
+    assert report.main([*dirs, "--out", str(tmp_path / "o2"), "--total-timesteps", "1000"]) == 0
     data = section((tmp_path / "o2" / "report.md").read_text(), "Data")
     assert row(data, "ABS")[2] == "1" and f"ABS: other length, left out: `{tmp_path / 'ABS' / 'mini'}` (20 steps, " \
         "not 1,000)" in data
-    assert report.main([*runs, "--out", str(tmp_path / "o3"), "--total-timesteps", "5"]) == 1  # no run of 5 steps
+    assert report.main([*dirs, "--out", str(tmp_path / "o3"), "--total-timesteps", "5"]) == 1  # no run of 5 steps
 
 
 def test_a_run_found_twice_keeps_the_newer_copy(tmp_path):
@@ -720,8 +725,8 @@ MALFORMED = [
 @pytest.mark.parametrize("name,text,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_read_run_names_what_is_malformed(tmp_path, name, text, reason):
     (tmp_path / "eval_results.json").write_text(text)
-    with pytest.raises(report.Malformed) as e:
-        report.read_run("A", tmp_path)
+    with pytest.raises(runs.Malformed) as e:
+        runs.read_run("A", tmp_path)
     assert reason in str(e.value)
 
 
@@ -772,11 +777,11 @@ def only_event_file(run_dir: Path) -> Path:
 
 def test_every_committed_event_file_reads_to_its_end_and_reaches_its_run_s_last_step():
     """(tests/test_results.py checks that the committed report, which would list any, comes out the same.)"""
-    runs = [report.read_run(lb, d) for lb in ("PPO", "PPO+ABS") for d in sorted((COMMITTED / lb).glob("*__*"))]
-    assert len(runs) == 18
-    files = {r.path: [report.read_event_file(p) for p in report.event_files(r.path)] for r in runs}
+    found = [runs.read_run(lb, d) for lb in ("PPO", "PPO+ABS") for d in sorted((COMMITTED / lb).glob("*__*"))]
+    assert len(found) == 18
+    files = {r.path: [events.read_event_file(p) for p in events.event_files(r.path)] for r in found}
     assert sum(map(len, files.values())) == 22  # 4 runs were resumed
-    for r in runs:
+    for r in found:
         assert all(ef.problem is None and ef.read == ef.size > 0 for ef in files[r.path]), r.path
         assert files[r.path][-1].last_step == r.total_steps and "charts/SPS" in files[r.path][-1].tags, r.path
 
@@ -799,10 +804,10 @@ def damaged(tmp_path_factory):
     ends = records(cut)
     end = next(e for e, _, _ in ends if e > 0.3 * cut.stat().st_size)
     size = end + 7  # the next record's header cut after 7 of its 12 bytes
-    full_curve = report.load_scalars(cut.parent, [report.RETURN_TAG])[report.RETURN_TAG]
+    full_curve = events.load_scalars(cut.parent, [runs.RETURN_TAG])[runs.RETURN_TAG]
     with open(cut, "r+b") as f:
         f.truncate(size)
-    cut_curve = report.load_scalars(cut.parent, [report.RETURN_TAG])[report.RETURN_TAG]
+    cut_curve = events.load_scalars(cut.parent, [runs.RETURN_TAG])[runs.RETURN_TAG]
     info["cut"] = dict(path=cut, read=end, size=size, step=max(s for e, s, _ in ends if e <= end),
                        full_curve=full_curve, cut_curve=cut_curve)
     flip = only_event_file(root / "PPO" / "Hopper-v4__3")
@@ -901,7 +906,7 @@ def write_resumed_run(run_dir: Path, first_to: int, resume_at: int = 500, total:
     write_run(run_dir, "Hopper-v4", 1, 1000.0, total=total)
     w = SummaryWriter(str(run_dir), purge_step=0)
     for step in range(100, first_to + 1, 100):
-        w.add_scalar(report.RETURN_TAG, step / 10, step)
+        w.add_scalar(runs.RETURN_TAG, step / 10, step)
         w.add_scalar("charts/SPS", 1000, step)
     w.close()
     with open(only_event_file(run_dir), "ab") as f:
@@ -909,7 +914,7 @@ def write_resumed_run(run_dir: Path, first_to: int, resume_at: int = 500, total:
     time.sleep(1.1)  # the second file's name (its time stamp) sorts after the first
     w = SummaryWriter(str(run_dir), purge_step=resume_at + 1)
     for step in range(resume_at, total + 1, 100):
-        w.add_scalar(report.RETURN_TAG, step / 10, step)
+        w.add_scalar(runs.RETURN_TAG, step / 10, step)
         w.add_scalar("charts/SPS", 1000, step)
     w.close()
 
@@ -923,11 +928,11 @@ def test_damage_a_resumed_run_replaced_is_noted_and_damage_before_its_resume_lea
     write_resumed_run(tmp_path / "A" / "kept", first_to=800, damage=partial)
     data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
     run = data["A"]["Hopper"][1]
-    first = report.event_files(run.path)[0]
+    first = events.event_files(run.path)[0]
     assert run.event_problems == [] and len(run.event_notes) == 1, run.event_problems
     assert run.event_notes[0].startswith(f"`{first}` (A Hopper seed 1): a record cut short (in its header) at byte ")
     assert "events end at step 800, but the run resumed at step 501 in a later event file" in run.event_notes[0]
-    assert run.scalars[report.RETURN_TAG][0].tolist() == [100, 200, 300, 400, 500, 500, 600, 700, 800, 900, 1000]
+    assert run.scalars[runs.RETURN_TAG][0].tolist() == [100, 200, 300, 400, 500, 500, 600, 700, 800, 900, 1000]
     assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "o1"), "--reps", "20"]) == 0
     md = (tmp_path / "o1" / "report.md").read_text()
     assert "Damaged, but nothing read from them is missing (kept):" in md and "Left out" not in md
@@ -943,15 +948,15 @@ def test_an_intact_resumed_run_is_not_flagged(tmp_path):
     write_resumed_run(tmp_path / "A" / "r", first_to=500)
     data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
     run = data["A"]["Hopper"][1]
-    assert run.event_problems == run.event_notes == [] and report.RETURN_TAG in run.scalars
+    assert run.event_problems == run.event_notes == [] and runs.RETURN_TAG in run.scalars
 
 
 def test_logging_interval_and_iteration_tag():
-    assert report.logging_interval([1024, 2048, 4096, 8192]) == 4096  # a rollout that grows
-    assert report.logging_interval([500]) == 500 and report.logging_interval([]) == 0
-    assert report.iteration_tag({"charts/SPS", "losses/x", report.RETURN_TAG}) == "charts/SPS"
-    assert report.iteration_tag({"losses/b", "losses/a", report.RETURN_TAG}) == "losses/a"
-    assert report.iteration_tag({report.RETURN_TAG}) == report.RETURN_TAG and report.iteration_tag(set()) is None
+    assert events.logging_interval([1024, 2048, 4096, 8192]) == 4096  # a rollout that grows
+    assert events.logging_interval([500]) == 500 and events.logging_interval([]) == 0
+    assert events.iteration_tag({"charts/SPS", "losses/x", runs.RETURN_TAG}) == "charts/SPS"
+    assert events.iteration_tag({"losses/b", "losses/a", runs.RETURN_TAG}) == "losses/a"
+    assert events.iteration_tag({runs.RETURN_TAG}) == runs.RETURN_TAG and events.iteration_tag(set()) is None
 
 
 # ----------------------------------------------------------------------------- --out

@@ -1,0 +1,187 @@
+"""A run's TensorBoard events: read record by record, checked for damage, then loaded as scalar series.
+
+Why not TensorBoard's loader alone: its `EventFileLoader` catches the `DataLossError` of a record cut short or
+failing its CRC check, logs it at debug level ("Truncated record") and stops reading the file there, without a
+word. A file cut or corrupted in the middle then looks like a shorter run. So every file is first read here,
+record by record (`read_event_file`), and a run whose files are damaged, or whose events end before the run did
+(`check_events`), has its training curves left out, with the reason in `Run.event_problems`; its evaluation return
+(eval_results.json) is kept. Only then are the scalars loaded through TensorBoard (`load_scalars`), which also
+applies a resumed writer's purge of the events after its checkpoint.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tensorboard.backend.event_processing import io_wrapper
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+from runs import RETURN_TAG, SIZE_TAGS, Run
+
+
+@dataclass
+class EventFile:
+    """What reading one event file record by record found (read_event_file)."""
+    path: Path
+    size: int  # bytes
+    read: int  # bytes of intact records from the start of the file
+    problem: str | None  # why reading stopped before the end of the file; None when it was read to the end
+    last_step: int | None  # the largest step of a summary read (None: no summary read)
+    restarts: tuple = ()  # steps of the SessionLog START events read (a resumed writer's purge_step)
+    tags: frozenset = frozenset()  # scalar tags read
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """The event files TensorBoard reads for a run directory, in its reading order."""
+    return sorted(p for p in run_dir.iterdir() if p.is_file() and io_wrapper.IsSummaryEventsFile(str(p)))
+
+
+def read_event_file(path: Path) -> EventFile:
+    """Read the TFRecord framing of an event file (length, its masked CRC-32C, the data, its CRC-32C), as
+    TensorBoard's reader does, and parse each record as an Event. TensorBoard stops at the first record that is cut
+    short or fails a CRC check, silently (a "truncated record" at debug level), and reads nothing after it: a file
+    cut or corrupted in the middle looks to it like a shorter run. Here the stop is reported, with the bytes read."""
+    size, pos, last, restarts, tags = path.stat().st_size, 0, None, [], set()
+
+    def result(problem=None):
+        return EventFile(path, size, pos, problem, last, tuple(restarts), frozenset(tags))
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        return result(f"cannot be opened ({type(e).__name__}: {e.strerror or e})")
+    with f:
+        while True:
+            header = f.read(12)
+            if not header:
+                return result()
+            if len(header) < 12:
+                return result("a record cut short (in its header)")
+            (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
+            if masked_crc32c(header[:8]) != crc:
+                return result("a record failing its CRC check (header)")
+            if length > size - pos - 16:
+                return result("a record cut short (in its data)")
+            data, tail = f.read(length), f.read(4)
+            if len(data) < length or len(tail) < 4:
+                return result("a record cut short (in its data)")
+            if masked_crc32c(data) != struct.unpack("<I", tail)[0]:
+                return result("a record failing its CRC check (data)")
+            try:
+                event = event_pb2.Event.FromString(data)
+            except DecodeError:
+                return result("a record that is not an event")
+            pos += 16 + length
+            if event.HasField("summary"):
+                last = event.step if last is None else max(last, event.step)
+                tags.update(v.tag for v in event.summary.value)
+            elif event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                restarts.append(event.step)
+
+
+def iteration_tag(tags) -> str | None:
+    """The tag the completeness check follows: one logged every iteration (charts/SPS, else a losses/* tag), else
+    the training games (charts/episodic_return); None when the events hold none of them."""
+    for tag in ("charts/SPS", *sorted(t for t in tags if t.startswith("losses/")), RETURN_TAG):
+        if tag in tags:
+            return tag
+    return None
+
+
+def logging_interval(steps) -> float:
+    """The largest step gap between consecutive logged steps of a tag, counted from step 0: one logging interval
+    (an iteration's steps for PPO and PQN, whose rollout length may grow, or BTR's --log-every steps)."""
+    s = np.unique(np.asarray(steps, dtype=float))
+    return float(np.max(np.diff(np.concatenate([[0.0], s])))) if len(s) else 0.0
+
+
+def check_events(run: Run, files: list[EventFile], scalars: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a run's event files. A problem leaves its training-curve numbers out:
+    - damaged: a file TensorBoard cannot read to its end (a record cut short or failing its CRC check), unless
+      a later file of the run restarts (a resumed writer's purge_step P, which drops every earlier event from step
+      P on) at a step the damaged file was read past: then nothing that counts is missing, and it is only noted;
+    - incomplete: the events, as TensorBoard reads them, end before the run's last step (eval_results.json
+      global_step) by more than one logging interval of a tag logged every iteration (iteration_tag)."""
+    problems, notes = [], []
+    who = f"{run.label} {run.game} seed {run.seed}"
+    end = f"the run's last step {run.total_steps:,}" if run.total_steps else "the run's last step unknown"
+    for i, ef in enumerate(files):
+        if ef.problem is None:
+            continue
+        read = (f"{ef.problem} at byte {ef.read:,} of {ef.size:,}; TensorBoard stops reading the file there, so its "
+                f"events end at step " + (f"{ef.last_step:,}" if ef.last_step is not None else "– (none read)"))
+        later = [p for x in files[i + 1:] for p in x.restarts]
+        if later and (ef.last_step or 0) >= min(later):
+            notes.append(f"`{ef.path}` ({who}): {read}, but the run resumed at step {min(later):,} in a later event "
+                         "file, which replaces every event from that step on: nothing read is missing (kept)")
+        else:
+            problems.append(f"`{ef.path}` ({who}): damaged: {read} ({end})")
+    tag = iteration_tag(set().union(*(ef.tags for ef in files)) if files else set())
+    if not problems and tag is not None and run.total_steps:
+        steps = scalars.get(tag, (np.array([]), None))[0]
+        last = float(steps.max()) if len(steps) else None
+        interval = logging_interval(steps)
+        if last is None or last < run.total_steps - interval:
+            shown = files[-1].path if files else run.path
+            problems.append(f"`{shown}` ({who}): incomplete: its events end at step "
+                            + (f"{last:,.0f}" if last is not None else "– (none of them)")
+                            + f" ({tag}), before {end} by more than one logging interval ({interval:,.0f} steps)")
+    return problems, notes
+
+
+def load_scalars(run_dir: Path, tags) -> dict:
+    """tag -> (steps, values) of every event in the run's TensorBoard files, sorted by step: the scripts log one
+    `charts/episodic_return` per finished game and several games can end at one step, so no event is dropped
+    (size_guidance 0 turns off TensorBoard's sampling of 10,000 events per tag). A resumed run's events after
+    its checkpoint are purged by TensorBoard itself (the scripts open the writer with purge_step)."""
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    out = {}
+    for tag in sorted(set(tags) & set(acc.Tags().get("scalars", []))):
+        events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))
+        out[tag] = (np.array([e.step for e in events], dtype=float), np.array([e.value for e in events], dtype=float))
+    return out
+
+
+def report_tags(run: Run) -> tuple[str, ...]:
+    """The tags the report reads: the training games, the divergence the run's schedule used and the batch size."""
+    return (RETURN_TAG, *run.divergence_tags, *SIZE_TAGS)
+
+
+def load_run_events(run: Run, tags=None) -> None:
+    """Fill run.scalars with the `tags` (default: report_tags) of the run's event files, unless they are damaged or
+    incomplete (check_events): then the run's training-curve numbers are left out (run.scalars stays empty) and
+    run.event_problems says why. Its evaluation return, from eval_results.json, is kept either way."""
+    tags = report_tags(run) if tags is None else tuple(tags)
+    try:
+        files = [read_event_file(p) for p in event_files(run.path)]
+    except OSError as e:
+        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: its event files "
+                              f"cannot be listed ({type(e).__name__}: {e.strerror or e})"]
+        return
+    if not files:
+        return
+    check = iteration_tag(set().union(*(ef.tags for ef in files)))
+    try:
+        scalars = load_scalars(run.path, (*tags, *([check] if check else [])))
+    except (OSError, DecodeError) as e:
+        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: TensorBoard cannot "
+                              f"read its events ({type(e).__name__}: {e})"]
+        return
+    run.event_problems, run.event_notes = check_events(run, files, scalars)
+    if not run.event_problems:
+        run.scalars = {t: v for t, v in scalars.items() if t in tags}
+
+
+
+
+def load_events(data: dict) -> None:
+    """load_run_events for every run of data[label][game][seed]."""
+    for by_game in data.values():
+        for by_seed in by_game.values():
+            for run in by_seed.values():
+                load_run_events(run)

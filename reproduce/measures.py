@@ -1,0 +1,148 @@
+"""What the report measures, per run and seed, from the runs collected by runs.py and events.py: a run's
+normalised score, final training return, early return, late variance, curve area and burn-in; per label, the
+aggregates across games; per compared pair, the improvement rates. The statistics themselves are stats.py's.
+
+Every per-seed measure has the form (game, label) -> {seed: value}, over the runs whose value is finite
+(per_seed); the report's metric sections take that form.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
+from stats import (aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, human_normalized_score,
+                   improvement_rate, late_variance, robust_improvement)
+
+
+def runs_of(data, games) -> list[Run]:
+    """The runs of data[label][game][seed] on the games, game by game."""
+    return [r for g in games for d in data.values() for r in d.get(g, {}).values()]
+
+
+def normalized(run: Run, table: dict) -> float:
+    """HNS for Atari, raw return otherwise."""
+    s = table.get(run.game)
+    return float(human_normalized_score(run.score, s["random"], s["human"])) if s else run.score
+
+
+def per_seed(data, games, value) -> dict:
+    """(game, label) -> {seed: value(run)} over the runs whose value is finite; a (game, label) without one is
+    absent."""
+    out = {}
+    for game in games:
+        for lb, by_game in data.items():
+            vals = {seed: value(r) for seed, r in sorted(by_game.get(game, {}).items())}
+            vals = {seed: float(v) for seed, v in vals.items() if np.isfinite(v)}
+            if vals:
+                out[(game, lb)] = vals
+    return out
+
+
+def final_training_return(run: Run, last: int) -> float:
+    """Mean of the run's last `last` logged games (`charts/episodic_return`, in step order): the end-of-training
+    metric of CleanRL's published results (openrlbenchmark averages the last 100 per run). NaN without games."""
+    if RETURN_TAG not in run.scalars or not len(run.scalars[RETURN_TAG][1]):
+        return float("nan")
+    return float(np.mean(run.scalars[RETURN_TAG][1][-last:]))
+
+
+def run_curve(run: Run):
+    """(steps, returns, total steps) of the run's training games, or None without any."""
+    if RETURN_TAG not in run.scalars:
+        return None
+    steps, values = run.scalars[RETURN_TAG]
+    return steps, values, run.total_steps or (steps.max() if len(steps) else 0)
+
+
+def early_late(data, games) -> tuple[dict, dict, dict]:
+    """(game, label) -> {seed: value} for the first-10% mean return, the last-10% return variance and the whole
+    run's curve area (curve_area), over the runs whose curve has points in that window."""
+    def of(stat):
+        return lambda r: stat(*run_curve(r)) if run_curve(r) is not None else float("nan")
+    return tuple(per_seed(data, games, of(f)) for f in (early_mean, late_variance, curve_area))
+
+
+def size_tag(run: Run) -> str | None:
+    """The batch-size tag the run logs (adapt/num_steps for PPO and PQN, adapt/batch_size for BTR), or None."""
+    return next((t for t in SIZE_TAGS if t in run.scalars and len(run.scalars[t][0])), None)
+
+
+def divergence_tag(run: Run) -> str | None:
+    """The divergence the run's schedule used, among the tags it logged (read_run keeps only that one)."""
+    return next((t for t in DIVERGENCE_TAGS if t in run.scalars and len(run.scalars[t][0])), None)
+
+
+def is_abs_run(run: Run) -> bool:
+    """An ABS run: it adapts (--adapt, the scripts' default) with a window W (--window) and logs its batch size at
+    every divergence measurement. The fixed-batch baselines (--no-adapt) and GNS (no window) are not."""
+    return bool(run.args.get("adapt", True)) and "window" in run.args and size_tag(run) is not None
+
+
+def burn_in(data, games) -> tuple[dict, list[str]]:
+    """(game, label) -> {seed: (burn-in end step, share of the early window, L during burn-in, W)} for the ABS runs
+    (is_abs_run), and notes. Burn-in: before the W-th divergence measurement (W = the run's --window), while L is
+    still L_min; the share is burn_in_share's. A run whose logged L moved before its W-th measurement is noted."""
+    out, notes = {}, []
+    for game in games:
+        for lb, by_game in data.items():
+            for seed, r in sorted(by_game.get(game, {}).items()):
+                if not is_abs_run(r):
+                    continue
+                tag, window = size_tag(r), int(r.args["window"])
+                steps, values = r.scalars[tag]
+                order = np.argsort(steps, kind="stable")
+                steps, values = steps[order], values[order]
+                end, share = burn_in_share(steps, window, r.total_steps or steps.max())
+                if len(set(values[:window - 1].tolist())) > 1:
+                    notes.append(f"{lb}: {game} seed {seed}: {tag} moved before its W-th measurement (W = {window}), "
+                                 "not a burn-in at one L")
+                out.setdefault((game, lb), {})[seed] = (end, share, float(values[0]), window)
+    return out, notes
+
+
+def improvement_rates(data, games, table, pairs):
+    """(a, b) -> {"paper": {game: rate}, "robust": {game: rate}, "excluded": [(game, why)]} for each compared
+    pair: the paper's form on per-game mean HNS (raw return outside Atari), the robust form on mean raw scores."""
+    def mean_of(lb, g, norm=True):
+        return float(np.mean([normalized(r, table) if norm else r.score for r in data[lb][g].values()]))
+    out = {}
+    for a, b in pairs:
+        paper, robust, excluded = {}, {}, []
+        for g in games:
+            missing = [lb for lb in (a, b) if g not in data[lb]]
+            if missing:
+                excluded.append((g, f"no finished run of {missing[0]}" if len(missing) < 2 else
+                                 "no run of either label"))
+                continue
+            paper[g] = improvement_rate(mean_of(a, g), mean_of(b, g))
+            s = table.get(g)
+            robust[g] = robust_improvement(mean_of(a, g, False), mean_of(b, g, False),
+                                           s and s["random"], s and s["human"])
+            if not np.isfinite(paper[g]):
+                excluded.append((g, f"s_{b} = 0: the paper's form is undefined (kept in the robust form)"))
+            if not np.isfinite(robust[g]):
+                excluded.append((g, "both scores 0: the robust form is undefined"))
+        out[(a, b)] = {"paper": paper, "robust": robust, "excluded": excluded}
+    return out
+
+
+def aggregate_table(data, games, table, reps, seed):
+    """Per label: (runs x games) HNS matrix over its Atari games, cut to the fewest seeds any game has."""
+    mats, rows, notes = {}, {}, []
+    for label, by_game in data.items():
+        gs = [g for g in games if g in by_game and g in table]
+        if not gs:
+            continue
+        n = min(len(by_game[g]) for g in gs)
+        if any(len(by_game[g]) > n for g in gs):
+            notes.append(f"{label}: games have unequal seed counts; aggregates use the first {n} seed(s) of each game")
+        mats[label] = np.array([[normalized(by_game[g][s], table) for s in sorted(by_game[g])[:n]] for g in gs]).T
+    if not mats:
+        return rows, notes
+    point, ci = bootstrap_ci(mats, aggregate, reps, seed)
+    for label, m in mats.items():
+        rows[label] = {"point": point[label], "lo": ci[label][0], "hi": ci[label][1],
+                       "games": m.shape[1], "runs": m.size, "per_game": m.shape[0]}
+    return rows, notes
+
+

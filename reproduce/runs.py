@@ -1,0 +1,234 @@
+"""Finished runs: finding, parsing and checking their `eval_results.json` (docs/CONVENTIONS.md), keeping the newer
+of two copies of one run, grouping them by label, game and seed, and the Atari score table.
+
+A malformed `eval_results.json` is never raised: `find_runs` names it with the reason and the other runs go on.
+Reading the runs' TensorBoard events is events.py's.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
+BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco")
+RETURN_TAG = "charts/episodic_return"
+# PQN/BTR: greedy-action change; PPO: KL, or 1 - ESS/n of the policy ratios (--divergence ess)
+DIVERGENCE_TAGS = ("adapt/divergence", "adapt/kl", "adapt/divergence_ess")
+SIZE_TAGS = ("adapt/num_steps", "adapt/batch_size")
+
+
+# ----------------------------------------------------------------------------- games and labels
+def load_atari_scores(path: Path = SCORES_CSV) -> dict[str, dict]:
+    """game -> {random, human, atari10, atari5} from the 57-game table."""
+    with open(path, newline="") as f:
+        return {r["game"]: {"random": float(r["random"]), "human": float(r["human"]),
+                            "atari10": r["atari10"] == "1", "atari5": r["atari5"] == "1"}
+                for r in csv.DictReader(f)}
+
+
+def game_of(env_id: str) -> str:
+    """`Breakout-v5`, `ALE/Breakout-v5`, `BreakoutNoFrameskip-v4` -> `Breakout`; `Hopper-v5` -> `Hopper`."""
+    return re.sub(r"(NoFrameskip)?-v\d+$", "", env_id.split("/")[-1])
+
+
+def benchmark_games(benchmark: str, table: dict) -> list[str] | None:
+    """The benchmark's games; None for mujoco (any non-Atari environment)."""
+    if benchmark == "mujoco":
+        return None
+    return sorted(g for g, s in table.items() if benchmark == "atari57" or s[benchmark])
+
+
+def reference_pairs(ref: str, labels) -> list[tuple[str, str]]:
+    """The default comparisons: the reference label against every other label, as (A, baseline B) pairs."""
+    return [(ref, lb) for lb in labels if lb != ref]
+
+
+def is_int(x) -> bool:
+    """An integer that is not a boolean (JSON's and TOML's true are Python ints)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# ----------------------------------------------------------------------------- one run
+@dataclass
+class Run:
+    label: str
+    path: Path
+    env_id: str
+    game: str
+    seed: int
+    score: float  # mean evaluation return
+    total_steps: int
+    total_timesteps: int  # the run's --total-timesteps (its planned length)
+    scalars: dict = field(default_factory=dict)  # tag -> (steps, values)
+    divergence_tags: tuple = DIVERGENCE_TAGS[:2]  # the divergence its schedule used (divergence_tags())
+    args: dict = field(default_factory=dict)  # the flags it ran with (eval_results.json "args")
+    event_problems: list = field(default_factory=list)  # damaged or incomplete events: training curves left out
+    event_notes: list = field(default_factory=list)  # damage that costs nothing (a resumed writer replaced it)
+
+
+def divergence_tags(args: dict) -> tuple[str, ...]:
+    """The divergence tags a run's figure shows: the one its schedule used. PPO logs the KL and 1 - ESS/n in either
+    mode; with --divergence ess its schedule ran on adapt/divergence_ess, otherwise on the KL (PQN/BTR: their own)."""
+    return ("adapt/divergence_ess",) if args.get("divergence") == "ess" else DIVERGENCE_TAGS[:2]
+
+
+class Malformed(ValueError):
+    """An eval_results.json that is not what the scripts write (docs/CONVENTIONS.md): the run is skipped."""
+
+
+def _kind(x) -> str:
+    """How a JSON value is named in a reason: 'a list', 'null', 'the string "x"', 'the number 5'."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"the boolean {json.dumps(x)}"
+    if isinstance(x, (int, float)):
+        return f"the number {x!r}"
+    if isinstance(x, str):
+        return f"the string {json.dumps(x[:40])}"
+    return {dict: "an object", list: "a list"}.get(type(x), type(x).__name__)
+
+
+def _steps(obj: dict, key: str, where: str) -> int | None:
+    """A step count (global_step, total_timesteps): absent or null -> None, else an integer >= 0."""
+    x = obj.get(key)
+    if x is None:
+        return None
+    if not is_int(x) or x < 0:
+        raise Malformed(f"{where}{key} is {_kind(x)}, not a step count (an integer >= 0)")
+    return x
+def parse_results(r) -> dict:
+    """The fields of a parsed eval_results.json the report uses, checked: Malformed names the first that is missing
+    or of the wrong type. Falls back to "args" for env_id, seed and total_timesteps as the scripts write them."""
+    if not isinstance(r, dict):
+        raise Malformed(f"holds {_kind(r)}, not a JSON object")
+    args = r.get("args", {})
+    if not isinstance(args, dict):
+        raise Malformed(f"args is {_kind(args)}, not an object")
+    if "eval" not in r:
+        raise Malformed("no eval")
+    ev = r["eval"]
+    if not isinstance(ev, dict):
+        raise Malformed(f"eval is {_kind(ev)}, not an object")
+    env_id, where = (r.get("env_id"), "") if r.get("env_id") is not None else (args.get("env_id"), "args.")
+    if env_id is None:
+        raise Malformed("no env_id")
+    if not isinstance(env_id, str) or not game_of(env_id):
+        raise Malformed(f"{where}env_id is {_kind(env_id)}, not an environment id")
+    seed, where = (r["seed"], "") if "seed" in r else (args.get("seed"), "args.")
+    if seed is None:
+        raise Malformed("no seed")
+    if not is_int(seed):
+        raise Malformed(f"{where}seed is {_kind(seed)}, not an integer")
+    mean, returns = ev.get("mean"), ev.get("returns")
+    if mean is not None and not is_number(mean):
+        raise Malformed(f"eval.mean is {_kind(mean)}, not a number")
+    if returns is not None and not (isinstance(returns, list) and all(is_number(x) for x in returns)):
+        raise Malformed(f"eval.returns is {_kind(returns)}, not a list of numbers")
+    if mean is None and not returns:  # a run with --eval-episodes 0 writes "mean": null
+        raise ValueError("no evaluation episodes")
+    score = float(mean) if mean is not None else float(np.mean(returns))
+    if not np.isfinite(score):
+        raise ValueError(f"non-finite evaluation score {score}")
+    for key, ok, what in (("adapt", lambda x: isinstance(x, bool), "a boolean"),
+                          ("window", lambda x: is_int(x) and x >= 1, "an integer >= 1"),
+                          ("num_steps", lambda x: x is None or is_number(x), "a number"),
+                          ("divergence", lambda x: x is None or isinstance(x, str), "a string")):
+        if key in args and not ok(args[key]):
+            raise Malformed(f"args.{key} is {_kind(args[key])}, not {what}")
+    global_step, planned, arg_total = (_steps(r, "global_step", ""), _steps(r, "total_timesteps", ""),
+                                       _steps(args, "total_timesteps", "args."))
+    total = global_step or planned or arg_total or 0
+    return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned or arg_total or total,
+            "args": args}
+
+
+def read_run(label: str, run_dir: Path) -> Run:
+    try:
+        r = json.loads((run_dir / "eval_results.json").read_bytes())
+    except UnicodeDecodeError as e:
+        raise Malformed(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise Malformed(f"invalid JSON ({e})") from e
+    f = parse_results(r)
+    return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
+               divergence_tags=divergence_tags(f["args"]), args=f["args"])
+
+
+def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
+    """Finished runs below root, and notes on the directories skipped: an eval_results.json that cannot be read or
+    is malformed is named with the reason, never raised."""
+    runs, skipped = [], []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        if "eval_results.json" in files:
+            try:
+                runs.append(read_run(label, Path(d)))
+            except Malformed as e:
+                skipped.append(f"`{Path(d) / 'eval_results.json'}`: malformed eval_results.json ({e})")
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                skipped.append(f"`{Path(d) / 'eval_results.json'}`: unreadable eval_results.json "
+                               f"({type(e).__name__}: {e})")
+        elif "checkpoint.pt" in files or any(f.startswith("events.out.tfevents") for f in files):
+            skipped.append(f"`{d}`: no eval_results.json (unfinished run)")
+    return runs, skipped
+
+
+
+def add_run(runs: dict, key, run: Run, name: str, notes: list) -> None:
+    """runs[key] = run; when runs[key] holds another copy of the same run (two directories with one label, game
+    and seed), the newer eval_results.json is kept and the choice is noted, naming the run `name seed S`."""
+    old = runs.get(key)
+    if old is not None:
+        run, drop = sorted([old, run], key=lambda r: (r.path / "eval_results.json").stat().st_mtime)[::-1]
+        notes.append(f"{run.label}: {name} seed {run.seed} found twice; kept the newer `{run.path}`, "
+                     f"ignored `{drop.path}`")
+    runs[key] = run
+
+
+class MixedLengths(ValueError):
+    """One label's runs have different total_timesteps."""
+
+
+def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
+            total_timesteps: int | None = None):
+    """-> data[label][game][seed] = Run, the game list, and notes for the report. With total_timesteps, only runs
+    of that length are kept (the others are noted as left out). Raises MixedLengths when a label's runs have
+    different total_timesteps, unless allow_mixed. The runs' events are not read here (events.load_events)."""
+    data, notes, found = {}, [], set()
+    allowed = benchmark_games(benchmark, table) if benchmark else None
+    for label, root in roots.items():
+        runs, skipped = find_runs(label, root)
+        notes += [f"{label}: skipped {s}" for s in skipped]
+        data[label] = {}
+        for run in runs:
+            if (benchmark == "mujoco" and run.game in table) or (allowed is not None and run.game not in allowed):
+                notes.append(f"{label}: ignored `{run.path}` ({run.env_id} is not in {benchmark})")
+                continue
+            if total_timesteps is not None and run.total_timesteps != total_timesteps:
+                notes.append(f"{label}: other length, left out: `{run.path}` ({run.total_timesteps:,} steps, not "
+                             f"{total_timesteps:,})")
+                continue
+            add_run(data[label].setdefault(run.game, {}), run.seed, run, run.game, notes)
+            found.add(run.game)
+    games = sorted(found) if allowed is None else allowed
+    for label, by_game in data.items():
+        lengths = sorted({r.total_timesteps for g in by_game.values() for r in g.values()})
+        if len(lengths) > 1:
+            if not allow_mixed:
+                raise MixedLengths(f"label {label} has runs of different lengths (total_timesteps "
+                                   f"{', '.join(f'{n:,}' for n in lengths)}); pass --total-timesteps N to report "
+                                   "only the runs of length N, or --allow-mixed-timesteps to pool them")
+            notes.append(f"{label}: pools runs of different lengths (total_timesteps "
+                         f"{', '.join(f'{n:,}' for n in lengths)}; --allow-mixed-timesteps)")
+    return data, games, notes

@@ -1,0 +1,385 @@
+"""The report's markdown: number formats, tables, and its sections. Every per-seed metric (the evaluation return,
+the final training return, the early return, the late variance, the whole-run return) gets its section from one
+builder, metric_section: per-seed values with their mean and Student-t interval, the best-of-all and pairwise
+counts, and the differences of each compared pair (Welch's interval, the exact permutation p).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import comb
+
+import numpy as np
+
+from measures import runs_of
+from runs import RETURN_TAG
+from stats import (AGGREGATES, IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
+                   t_interval, welch_interval)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every section of one report reads: the runs data[label][game][seed] (the reference label first), the
+    games reported and the compared pairs (A, baseline B)."""
+    data: dict
+    games: list
+    pairs: list
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.data)
+
+    @property
+    def complete(self) -> list[str]:
+        """The games every label ran."""
+        return [g for g in self.games if all(g in d for d in self.data.values())]
+
+
+@dataclass
+class Metric:
+    """One per-seed metric's section (metric_section): values (game, label) -> {seed: value} and its wording."""
+    title: str
+    what: str  # what one value is: "Each run's ..."
+    values: dict
+    word: str = "higher"  # the pairwise count's "A {word} in k of N games"
+    pick: object = max  # the better of two values: max or min
+    std: bool = False  # a population-std column (the spread CleanRL's published results give)
+    left_out: list = field(default_factory=list)  # lines naming the runs left out of it
+    sub: bool = False  # a subsection of "Early / late training" (its heading level and wording)
+
+
+# ----------------------------------------------------------------------------- formats
+def fmt(x: float) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def fmt_pct(x: float) -> str:
+    """A rate in %, at one decimal whatever its size (fmt gives three decimals below 10: 9.921% beside 32.5%)."""
+    return f"{x:.1f}%" if x is not None and np.isfinite(x) else "–"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def min_p_statement(na: int, nb: int, alpha: float = 0.05) -> str:
+    """The plain reading of min_permutation_p: whether any difference can reach p < alpha with these counts."""
+    p, n = min_permutation_p(na, nb), comb(na + nb, na)
+    head = f"with {na} vs {nb} runs the smallest possible p is {fmt_p(p)} ({2 if na == nb else 1} of {n} relabellings)"
+    return f"{head}: no difference can reach p < {alpha:g}" if p >= alpha else f"{head}, below {alpha:g}"
+
+
+def fmt_p(p: float) -> str:
+    if p is None or not np.isfinite(p):
+        return "–"
+    return f"{p:.2f}" if p >= 0.095 else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
+
+
+def marked(text: str | None, is_best: bool) -> str:
+    return "missing" if text is None else (f"**{text}**" if is_best else text)
+
+
+# ----------------------------------------------------------------------------- sections
+def data_section(f: Frame, notes, roots) -> list[str]:
+    data, games = f.data, f.games
+    rows = [[lb, f"`{roots[lb]}`", str(sum(len(s) for s in d.values())), f"{len(d)} of {len(games)}",
+             ", ".join(f"{g}: {len(d[g])}" for g in games if g in d) or "–",
+             ", ".join(g for g in games if g not in d) or "none"] for lb, d in data.items()]
+    md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
+    md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
+           for lb, d in data.items() if any(g not in d for g in games)]
+    return md + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+
+
+def damaged_section(f: Frame) -> list[str]:
+    """The runs whose event files are damaged or incomplete (check_events), with what was left out."""
+    runs = runs_of(f.data, f.games)
+    problems = [p for r in runs for p in r.event_problems]
+    notes = [n for r in runs for n in r.event_notes]
+    if not problems and not notes:
+        return []
+    md = ["### Damaged or incomplete event files", ""]
+    if problems:
+        md += ["TensorBoard reads an event file only up to its first record that is cut short or fails its CRC "
+               "check, and says nothing: the curve of such a run, or of one whose events end before the run did, "
+               "would look like a shorter run. These runs' training-curve numbers (final training return, early "
+               "return, late variance, burn-in, learning curves and the adapt figure) are left out; their "
+               "evaluation return (eval_results.json) is kept.", "", *[f"- {p}" for p in problems], ""]
+    if notes:
+        md += ["Damaged, but nothing read from them is missing (kept):", "", *[f"- {n}" for n in notes], ""]
+    return md
+
+
+def left_out_line(f: Frame) -> list[str]:
+    """One line naming the runs whose training-curve numbers are left out (damaged_section), or nothing."""
+    runs = [r for r in runs_of(f.data, f.games) if r.event_problems]
+    if not runs:
+        return []
+    return ["Left out (event files damaged or incomplete, see \"Damaged or incomplete event files\"): "
+            + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in runs) + ".", ""]
+
+
+def aggregate_section(agg, agg_notes, games, table) -> list[str]:
+    md = ["## Aggregate human-normalised score", ""]
+    if not agg:
+        return md + ["No Atari games: raw returns of different environments share no scale, so no aggregate is "
+                     "computed; see the per-game table.", ""]
+    md.append(md_table(["label", *(f"{a} [95% CI]" for a in AGGREGATES), "games", "runs"],
+                       [[lb, *(f"{fmt(r['point'][k])} [{fmt(r['lo'][k])}, {fmt(r['hi'][k])}]" for k in range(4)),
+                         str(r["games"]), str(r["runs"])] for lb, r in agg.items()]))
+    md += ["", "The stratified bootstrap (rliable, the paper's metric) keeps the games fixed, resamples the runs "
+           "within each game and recomputes the aggregate over the games; what each label's interval rests on:"]
+    md += [f"- {lb}: {r['games']} game{'s' if r['games'] != 1 else ''} × {r['per_game']} run"
+           f"{'s' if r['per_game'] != 1 else ''} per game ({r['runs']} runs)" for lb, r in agg.items()]
+    for k in sorted({r["per_game"] for r in agg.values() if r["per_game"] <= 3}):
+        md.append("- With 1 run per game every resample is the same runs: the interval is the point alone." if k == 1
+                  else f"- With {k} runs per game, one game's own bootstrap interval is exactly [its lowest seed, its "
+                  f"highest seed]: a resample of {k} copies of one seed has probability 1/{k ** k} > 2.5%. The "
+                  "per-game tables below therefore give Student-t intervals.")
+    md += [f"- {n}" for n in agg_notes]
+    if len({r["games"] for r in agg.values()}) > 1:
+        md.append("- Labels rest on different game sets (see missing games); compare with care.")
+    if any(g not in table for g in games):
+        md.append("- Non-Atari environments are left out of these aggregates (raw returns share no scale).")
+    return md + [""]
+
+
+PER_SEED_HOW = ("per seed (seed: value), their mean and a Student-t 95% CI of the mean, mean ± t_{0.975, n-1} · "
+                "s / √n (s: the sample standard deviation over the seeds; none at n = 1)")
+
+
+def seeds_text(vals: dict) -> str:
+    return ", ".join(f"{seed}: {fmt(v)}" for seed, v in vals.items())
+
+
+def t_text(vals: dict) -> str:
+    if len(vals) < 2:
+        return "n = 1, no interval"
+    _, lo, hi = t_interval(list(vals.values()))
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def seed_table(f: Frame, values, best, std=False, iqm_column=False) -> str:
+    """One row per game and label: per-seed values, mean (bold: best), Student-t 95% CI, n; optionally the
+    population std over seeds and the IQM over seeds (= mean where it trims nothing). A label without values on a
+    game has "no data" when it ran the game, else "missing"."""
+    rows = []
+    for g in f.games:
+        for lb in f.labels:
+            vals = values.get((g, lb))
+            if vals is None:
+                missing = "no data" if g in f.data[lb] else "missing"
+                rows.append([g, lb, missing, "–", "–", *(["–"] if std else []), *(["–"] if iqm_column else []),
+                             "0"])
+                continue
+            x = list(vals.values())
+            extra = [fmt(float(np.std(x)))] if std else []
+            if iqm_column:  # bold goes to the IQM (best: by the IQM)
+                extra.append(marked(fmt(iqm(x)) if len(x) >= IQM_TRIMS_FROM else f"{fmt(float(np.mean(x)))} (= mean)",
+                                    lb in best[g]))
+            rows.append([g, lb, seeds_text(vals), marked(fmt(float(np.mean(x))), lb in best[g] and not iqm_column),
+                         t_text(vals), *extra, str(len(x))])
+    header = ["game", "label", "per seed (seed: value)", "mean", "Student-t 95% CI",
+              *(["population std"] if std else []), *(["IQM over seeds"] if iqm_column else []), "n"]
+    return md_table(header, rows)
+
+
+def differences(f: Frame, values) -> list[str]:
+    """For each compared pair A vs B and game both have values for: A - B (difference of means), Welch's 95% CI,
+    the exact permutation p, and a plain statement for every run count too small for p < 0.05."""
+    rows, counts = [], {}
+    for a, b in f.pairs:
+        for g in f.games:
+            if (g, a) not in values or (g, b) not in values:
+                continue
+            xa, xb = list(values[(g, a)].values()), list(values[(g, b)].values())
+            diff, lo, hi, df = welch_interval(xa, xb)
+            if len(xa) < 2 or len(xb) < 2:
+                ci = f"n = {min(len(xa), len(xb))}, no interval"
+            elif not np.isfinite(df):
+                ci = "no spread, no interval"
+            else:
+                ci = f"[{fmt(lo)}, {fmt(hi)}]"
+            p, n, exact = permutation_p(xa, xb)
+            rows.append([g, f"{a} − {b}", fmt(diff), ci, f"{df:.2f}" if np.isfinite(df) else "–",
+                         fmt_p(p) + ("" if exact else " (sampled)"),
+                         f"{n:,}" + ("" if exact else f" of {comb(len(xa) + len(xb), len(xa)):,}"),
+                         f"{len(xa)} vs {len(xb)}"])
+            counts.setdefault((a, b), {}).setdefault((len(xa), len(xb)), []).append(g)
+    if not rows:
+        return ["Differences: no game has runs of both labels of a compared pair.", ""]
+    md = ["Differences, A − B, per compared pair and game: the difference of the means over seeds; Welch's 95% CI "
+          "(Welch–Satterthwaite df); the exact two-sided permutation p over every split of the runs into groups of "
+          "their sizes, C(n_A + n_B, n_A) relabellings (statistic: the difference of means; p = the share of "
+          "relabellings whose |difference| is at least the observed one).", "",
+          md_table(["game", "A − B", "difference of means", "Welch 95% CI", "Welch df", "permutation p",
+                    "relabellings", "runs"], rows), ""]
+    for (a, b), by_n in counts.items():
+        for (na, nb), gs in by_n.items():
+            md.append(f"- {a} vs {b} ({', '.join(gs)}): {min_p_statement(na, nb)}.")
+    return md + [""]
+
+
+
+
+def metric_section(f: Frame, m: Metric) -> list[str]:
+    """A per-seed metric's section: its per-game table of per-seed values, the best-of-all and pairwise counts of
+    the means, and the differences of each compared pair."""
+    means = {k: float(np.mean(list(v.values()))) for k, v in m.values.items()}
+    best = best_by(means, f.games, f.labels, m.pick)
+    if m.sub:  # in "Early / late training": counted over the games every label has values for
+        heading, bold, count, both = "###", "highest" if m.pick is max else "lowest", m.word, "have data for"
+        complete = [g for g in f.games if all((g, lb) in m.values for lb in f.labels)]
+    else:
+        heading, bold, both = "##", "lowest" if m.pick is min else "best", "ran"
+        count, complete = "best" if m.word == "higher" else m.word, f.complete
+    return [f"{heading} {m.title}", "", f"{m.what}: {PER_SEED_HOW}; {bold} mean in bold.", "", *m.left_out,
+            seed_table(f, m.values, best, m.std), "", best_count_line(best, f.labels, complete, count), "",
+            f"Pairwise counts of the means (games both labels {both}; a tie is no win), with no regard to the seed "
+            "spread (see the differences below):",
+            *pairwise_lines(f, means, m.word, m.pick), "", *differences(f, m.values)]
+
+
+def per_game_iqm_section(f: Frame, values, atari: bool) -> list[str]:
+    """The paper's per-game table, the IQM over seeds (of HNS on Atari, of the raw return elsewhere). The IQM of
+    fewer than 4 values trims nothing: where every cell has n <= 3 it is the mean, so outside Atari (where it would
+    repeat the evaluation table) the table is left out, and on Atari it is shown as the mean HNS."""
+    title = "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return"
+    small = all(len(v) < IQM_TRIMS_FROM for v in values.values())
+    trims = (f"The IQM (the 25% trimmed mean) of n values drops int(n / 4) from each end: with n <= "
+             f"{IQM_TRIMS_FROM - 1} it drops nothing and equals the mean.")
+    if small and not atari:
+        return [f"## {title}", "", f"Not shown. {trims} Every label has at most {IQM_TRIMS_FROM - 1} runs of each "
+                "game here, so the IQM over seeds of the evaluation return is the mean in \"Per-game evaluation "
+                "return\" above.", ""]
+    points = {k: (float(np.mean(list(v.values()))) if len(v) < IQM_TRIMS_FROM else iqm(list(v.values())))
+              for k, v in values.items()}
+    best = best_by(points, f.games, f.labels)
+    unit = "human-normalised score (HNS)" if atari else "mean evaluation return (raw)"
+    if small:
+        what = (f"Each run's {unit}: {PER_SEED_HOW}; best mean in bold. The paper's per-game table gives the IQM "
+                f"over seeds. {trims} With at most {IQM_TRIMS_FROM - 1} runs of each game here the IQM is this mean.")
+    else:
+        what = (f"Each run's {unit}: {PER_SEED_HOW}, and the IQM over seeds (the paper's per-game table); best IQM "
+                f"in bold. {trims} Cells with n <= {IQM_TRIMS_FROM - 1} show the mean, marked \"(= mean)\".")
+    md = [f"## {title}", "", what, "", seed_table(f, values, best, iqm_column=not small), "",
+          best_count_line(best, f.labels, f.complete, "best"), "",
+          f"Pairwise counts of the {'means' if small else 'IQMs'} (games both labels ran; a tie is no win):",
+          *pairwise_lines(f, points, "higher"), ""]
+    if atari:
+        md += ["Differences: as in \"Per-game evaluation return\" (per game HNS is an affine map of the return, so "
+               "the permutation p-values are the same and the intervals scale).", ""]
+    return md
+
+
+def burn_in_lines(f: Frame, burn) -> list[str]:
+    """The share of the early window each ABS label's runs spent in burn-in at L_min, per run and on average."""
+    if not burn:
+        return []
+    rows = []
+    for (g, lb), by_seed in burn.items():
+        shares = [v[1] for v in by_seed.values()]
+        rows.append([g, lb, ", ".join(f"{x:g}" for x in sorted({v[2] for v in by_seed.values()})),
+                     ", ".join(str(w) for w in sorted({v[3] for v in by_seed.values()})),
+                     ", ".join(f"{seed}: {f'{v[0]:,.0f}' if np.isfinite(v[0]) else 'never'}"
+                               for seed, v in by_seed.items()),
+                     ", ".join(f"{seed}: {100 * v[1]:.1f}%" for seed, v in by_seed.items()),
+                     f"{100 * np.mean(shares):.1f}%", str(len(shares))])
+    md = ["### Burn-in in the early window", "",
+          "An ABS run holds L at L_min until its W-th divergence measurement (W = its --window; the first "
+          "measurement that moves L), read from its adapt/* events (one per measurement, at the step it was "
+          "logged). Share: the part of the early window (the first 10% of the run's steps) before that step.", "",
+          md_table(["game", "label", "L in burn-in", "W", "burn-in ends at step (seed: step)",
+                    "share of the early window in burn-in (seed: share)", "mean share", "n"], rows), ""]
+    for lb in f.labels:
+        entries = [v for (g, label), by_seed in burn.items() if label == lb for v in by_seed.values()]
+        if not entries:
+            continue
+        shares = [v[1] for v in entries]
+        lmin = ", ".join(f"{x:g}" for x in sorted({v[2] for v in entries}))
+        baselines = []
+        for a, b in f.pairs:
+            fixed = sorted({r.args.get("num_steps") for d in f.data[b].values() for r in d.values()
+                            if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
+            if a == lb and len(fixed) == 1:
+                baselines.append(f"{b}: fixed L = {fixed[0]}")
+        md.append(f"- {lb}: on average {100 * np.mean(shares):.1f}% of the early window (runs: "
+                  f"{100 * min(shares):.1f}-{100 * max(shares):.1f}%) is burn-in at L = {lmin}, before its first "
+                  f"adaptation: its early return is mostly that of a fixed L = {lmin}"
+                  + (f" ({'; '.join(baselines)})" if baselines else "") + ", not of the ABS schedule.")
+    return md + [""]
+
+
+def early_late_section(f: Frame, early, late, area, burn, burn_notes) -> list[str]:
+    md = ["## Early / late training", "",
+          f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
+          "late = the variance of its episodic return over the last 10% (population variance, at least two games "
+          "there); whole run = the area under its learning curve per step, the mean over the ten tenths of its "
+          "steps of its mean episodic return in each tenth (sample efficiency: every phase of training weighs the "
+          "same). n = the runs with games in that window.", "", *left_out_line(f)]
+    for metric in (Metric("Early return", "Each run's early return", early, "higher early", sub=True),
+                   Metric("Late variance", "Each run's late variance", late, "lower late variance", min, sub=True),
+                   Metric("Whole-run return", "Each run's whole-run return (learning curve area)", area,
+                          "higher whole-run return", sub=True)):
+        md += metric_section(f, metric)
+    md += burn_in_lines(f, burn)
+    return md + ([f"- {n}" for n in burn_notes] + [""] if burn_notes else [])
+
+
+def improvement_section(rates, games, ref, skipped=None) -> list[str]:
+    same = {a for a, _ in rates} == {ref}
+    ref_name = ref if same else "A"
+    md = [f"## Improvement rate{f' of {ref}' if same else ''}", "",
+          f"Improvement rate of {ref_name} over a label X on a game (the paper's Figure 3 and 5 quantity): "
+          f"(s_{ref_name} - s_X) / |s_X|, where s is the mean over seeds of the human-normalised score (Atari) or "
+          "of the raw evaluation return (other environments); shown in %. It blows up when s_X is near 0 and is "
+          "undefined at 0, so the robust form below is given too. Mean and median are over the games both labels "
+          "ran and the form is defined on.", ""]
+    skipped_lines = [f"- {a} over {b}: {why}" for (a, b), why in (skipped or {}).items()]
+    if skipped_lines:
+        md += ["Comparisons skipped:", *skipped_lines, ""]
+    if not rates:
+        return md + ([] if skipped_lines else ["Needs a second label.", ""])
+
+    def table(form):
+        rows = [[g, *(fmt_pct(100 * r[form].get(g, np.nan)) for r in rates.values())]
+                for g in games if any(g in r[form] for r in rates.values())]
+        for name, stat in (("mean", np.mean), ("median", np.median)):
+            rows.append([f"**{name}**", *(f"**{fmt_pct(100 * finite(stat, r[form].values()))}** "
+                                          f"({int(np.isfinite(list(r[form].values())).sum())} games)"
+                                          for r in rates.values())])
+        return md_table(["game", *(f"{a} over {b}" for a, b in rates)], rows)
+    md += [table("paper"), "", "### Robust improvement", "",
+           "(a - b) / (max(human, b) - random) on the mean raw scores a, b of the two labels (Wang et al. 2016): "
+           "the denominator is at least human - random, so a baseline near the random score cannot inflate it. "
+           "Outside Atari there is no human or random score: (a - b) / max(|a|, |b|), bounded in [-200%, 200%].",
+           "", table("robust"), ""]
+    excluded = [f"- {a} over {b}: {g} ({why})" for (a, b), r in rates.items() for g, why in r["excluded"]]
+    return md + (["Games left out:", *excluded, ""] if excluded else ["No game left out.", ""])
+
+
+def pairwise_lines(f: Frame, values: dict, what: str, pick=max) -> list[str]:
+    """One line per compared pair: in how many of the games both ran a beats b (ties are no win)."""
+    if not f.pairs:
+        return ["- no comparison with runs of both its labels"]
+    lines = []
+    for a, b in f.pairs:
+        wins, n = pairwise_wins(values, a, b, f.games, pick)
+        lines.append(f"- {a} vs {b}: **{a} {what} in {wins} of {n} games**" if n else
+                     f"- {a} vs {b}: no game has a value for both")
+    return lines
+
+
+def best_count_line(best: dict, labels, complete, what: str) -> str:
+    """The paper's "ABS best in 8 of 10 games" line, for the first (reference) label; ties count for all."""
+    if not complete:
+        return f"No game has data for every label: no \"{what}\" count."
+    counts = {lb: sum(lb in best[g] for g in complete) for lb in labels}
+    head = f"**{labels[0]} {what} in {counts[labels[0]]} of {len(complete)} games**"
+    rest = ", ".join(f"{lb} {counts[lb]}" for lb in labels[1:])
+    return (f"{head} (games every label ran; rows with a missing label are not counted; ties count for each)"
+            + (f"; others: {rest}." if rest else "."))
+
+

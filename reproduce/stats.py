@@ -1,0 +1,224 @@
+"""The report's statistics: arrays and numbers in, numbers out; no file is read and no text is written here.
+
+- scores: the human-normalised score and the improvement rates (the paper's form and a robust one);
+- across games: the rliable aggregates (IQM, median, mean, optimality gap) and their stratified bootstrap;
+- across the few runs of one game: the Student-t interval of a mean, Welch's interval of a difference of means
+  (scipy's `ttest_1samp` and `ttest_ind(equal_var=False)`), and the exact two-sided permutation p;
+- along one run's training curve: the early mean, the late variance, the area per step, the burn-in share;
+- counting: best label per game, pairwise wins.
+"""
+from __future__ import annotations
+
+import warnings
+from itertools import combinations
+from math import comb, fsum
+
+import numpy as np
+import scipy.stats
+from rliable import library as rly
+from rliable import metrics
+
+AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the order of aggregate()'s values
+EARLY, LATE = 0.1, 0.9  # first 10% / last 10% of training steps
+LEVEL = 0.95  # of every interval
+EXACT_RELABELLINGS = 1_000_000  # the permutation test enumerates up to this many relabellings, else samples them
+SAMPLED_RELABELLINGS = 100_000
+IQM_TRIMS_FROM = 4  # the IQM (25% trimmed mean, scipy's trim_mean) of n < 4 values trims int(0.25 n) = 0 of them
+
+
+# ----------------------------------------------------------------------------- scores
+def human_normalized_score(score, random: float, human: float):
+    """HNS = (score - random) / (human - random)."""
+    return (np.asarray(score, dtype=float) - random) / (human - random)
+
+
+def improvement_rate(score_ref: float, score_other: float) -> float:
+    """(score_ref - score_other) / |score_other| (the paper's Figure 3 quantity); NaN when score_other is 0."""
+    return (score_ref - score_other) / abs(score_other) if score_other != 0 else float("nan")
+
+
+def robust_improvement(a: float, b: float, random: float | None = None, human: float | None = None) -> float:
+    """(a - b) / (max(human, b) - random) on raw scores (Wang et al. 2016): a baseline near the random score
+    cannot inflate it. Without a human/random table (MuJoCo): (a - b) / max(|a|, |b|), bounded in [-2, 2];
+    NaN when both are 0."""
+    if random is not None and human is not None:
+        return (a - b) / (max(human, b) - random)
+    scale = max(abs(a), abs(b))
+    return (a - b) / scale if scale > 0 else float("nan")
+
+
+def finite(stat, xs) -> float:
+    """stat (np.mean, np.median) of the finite values of xs, NaN when there is none: e.g. the mean improvement rate
+    over the games it is defined on."""
+    v = [x for x in xs if np.isfinite(x)]
+    return float(stat(v)) if v else float("nan")
+
+
+# ----------------------------------------------------------------------------- across games (rliable)
+def iqm(scores) -> float:
+    """Interquartile mean (25% trimmed mean) over all runs and games."""
+    return float(metrics.aggregate_iqm(np.asarray(scores, dtype=float)))
+
+
+def aggregate(scores: np.ndarray) -> np.ndarray:
+    """(runs x games) scores -> [IQM, median, mean, optimality gap], in the order of AGGREGATES."""
+    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
+                     metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
+
+
+def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0):
+    """Point estimates and 95% stratified-bootstrap CIs (runs resampled within each game).
+
+    score_dict maps a name to a (runs x games) matrix. Returns ({name: point}, {name: 2 x k [lo; hi]}).
+    The same seed gives the same intervals: rliable's StratifiedBootstrap draws its resamples from NumPy's global
+    generator (it ignores random_state), so the global generator is seeded here and restored afterwards."""
+    outer = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # arch's RandomState deprecation notice
+            return rly.get_interval_estimates(score_dict, func, reps=reps,
+                                              random_state=np.random.RandomState(seed))
+    finally:
+        np.random.set_state(outer)
+
+
+# ----------------------------------------------------------------------------- the few runs of one game
+def t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, lo, hi): the Student-t interval mean +- t_{(1+level)/2, n-1} * s / sqrt(n), s the sample standard
+    deviation (ddof 1), as scipy's ttest_1samp gives it. With one value (or none) there is no interval: lo and hi
+    are NaN."""
+    x = np.asarray(values, dtype=float)
+    if not len(x):
+        return float("nan"), float("nan"), float("nan")
+    m = float(np.mean(x))
+    if len(x) < 2:
+        return m, float("nan"), float("nan")
+    if np.all(x == x[0]):  # no spread: the interval is the point (scipy warns and divides 0 by 0)
+        return m, m, m
+    lo, hi = scipy.stats.ttest_1samp(x, 0.0).confidence_interval(level)
+    return m, float(lo), float(hi)
+
+
+def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float, float, float]:
+    """(mean(a) - mean(b), lo, hi, df): Welch's interval diff +- t_{(1+level)/2, df} * sqrt(s_a^2/n_a + s_b^2/n_b)
+    with the Welch-Satterthwaite df = (v_a + v_b)^2 / (v_a^2/(n_a-1) + v_b^2/(n_b-1)), v = s^2/n, as scipy's
+    ttest_ind(equal_var=False) gives it. lo, hi and df are NaN when a side has fewer than two values, or when neither
+    side has any spread (no df)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = float(np.mean(a) - np.mean(b)) if len(a) and len(b) else float("nan")
+    if len(a) < 2 or len(b) < 2 or np.var(a, ddof=1) + np.var(b, ddof=1) == 0:
+        return diff, float("nan"), float("nan"), float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # one side without spread: scipy's precision notice
+        res = scipy.stats.ttest_ind(a, b, equal_var=False)
+        lo, hi = res.confidence_interval(level)
+    return diff, float(lo), float(hi), float(res.df)
+
+
+def permutation_p(a, b, exact_limit: int = EXACT_RELABELLINGS, samples: int = SAMPLED_RELABELLINGS,
+                  seed: int = 0) -> tuple[float, int, bool]:
+    """(p, relabellings, exact): the two-sided permutation test of the difference of means. Every split of the
+    pooled n_a + n_b values into groups of n_a and n_b (all C(n_a + n_b, n_a) of them, the observed one included)
+    gives a difference of means; p = the share with |diff| >= |observed diff| - 1e-12 * max(1, |observed diff|)
+    (a float tolerance, 1e-12 for differences up to 1 and relative above). Group sums are correctly rounded
+    (math.fsum), so splits with equal sums, and the mirror split when n_a = n_b, tie exactly. Above exact_limit
+    relabellings, `samples` random ones (seeded) are drawn instead and p = (1 + hits) / (1 + samples), exact False.
+    NaN when a side is empty. (scipy's permutation_test defines the two-sided p otherwise, as twice the smaller
+    one-sided p.)"""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    na, nb = len(a), len(b)
+    if not na or not nb:
+        return float("nan"), 0, True
+    x = np.array(a + b)
+    n, total = comb(na + nb, na), len(x)
+
+    def diff(idx) -> float:
+        mask = np.zeros(total, dtype=bool)
+        mask[list(idx)] = True
+        return fsum(x[mask]) / na - fsum(x[~mask]) / nb
+    observed = abs(diff(range(na)))
+    tol = 1e-12 * max(1.0, observed)
+    if n <= exact_limit:
+        hits = sum(abs(diff(idx)) >= observed - tol for idx in combinations(range(total), na))
+        return hits / n, n, True
+    rng = np.random.default_rng(seed)
+    hits = sum(abs(diff(rng.permutation(total)[:na])) >= observed - tol for _ in range(samples))
+    return (1 + hits) / (1 + samples), samples, False
+
+
+def min_permutation_p(na: int, nb: int) -> float:
+    """The smallest p the two-sided exact permutation test can give with n_a vs n_b runs, whatever the values:
+    only the observed split (and, for equal sizes, its mirror, which has the same |diff|) can be the most extreme,
+    so 2 / C(n, n_a) for n_a = n_b and 1 / C(n, n_a) otherwise."""
+    return (2 if na == nb else 1) / comb(na + nb, na)
+
+
+def best_by(values: dict, games, labels, pick=max) -> dict:
+    """game -> set of labels with the best value (pick=max or min) among the labels that ran it; ties
+    count for every tied label."""
+    best = {}
+    for g in games:
+        v = {lb: values[(g, lb)] for lb in labels if np.isfinite(values.get((g, lb), np.nan))}
+        best[g] = {lb for lb, x in v.items() if x == pick(v.values())} if v else set()
+    return best
+
+
+def pairwise_wins(values: dict, a: str, b: str, games, pick=max) -> tuple[int, int]:
+    """(games where a beats b, games both have a finite value): the paper's "ABS wins 7/10" against one
+    baseline. pick=max: higher is better; pick=min: lower is better. A tie is not a win."""
+    both = [g for g in games if np.isfinite(values.get((g, a), np.nan)) and np.isfinite(values.get((g, b), np.nan))]
+    better = (lambda x, y: x > y) if pick is max else (lambda x, y: x < y)
+    return sum(better(values[(g, a)], values[(g, b)]) for g in both), len(both)
+
+
+# ----------------------------------------------------------------------------- along one training curve
+def early_mean(steps, values, total_steps: float) -> float:
+    """Mean episodic return over the first 10% of training steps."""
+    sel = np.asarray(steps) <= EARLY * total_steps
+    return float(np.mean(np.asarray(values)[sel])) if sel.any() else float("nan")
+
+
+def late_variance(steps, values, total_steps: float) -> float:
+    """Population variance of episodic return over the last 10% of training steps; NaN with fewer than two games
+    there (one game has no spread to measure)."""
+    sel = np.asarray(steps) >= LATE * total_steps
+    return float(np.var(np.asarray(values)[sel])) if sel.sum() >= 2 else float("nan")
+
+
+def curve_area(steps, values, total_steps: float) -> float:
+    """The learning curve's area per step, the sample-efficiency summary: the mean over the ten tenths of training
+    of the mean episodic return in each tenth (a tenth without games is left out; NaN when none has any). Unlike
+    the mean over all games, it does not weight a phase by how many (short) games it had."""
+    edges = np.linspace(0.0, total_steps, 11)
+    tenths = binned(np.asarray(steps), np.asarray(values, dtype=float), edges)
+    return float(np.nanmean(tenths)) if np.isfinite(tenths).any() else float("nan")
+
+
+def burn_in_share(steps, window: int, total_steps: float) -> tuple[float, float]:
+    """(the step burn-in ends at, its share of the early window): ABS holds L = L_min until its W-th divergence
+    measurement (the first that moves L), so burn-in ends at the step that measurement was logged at, one event per
+    measurement of adapt/num_steps (or adapt/batch_size); a run with fewer than W measurements never left it (inf).
+    The early window is the first 10% of training steps (EARLY), as in early_mean."""
+    steps = np.sort(np.asarray(steps, dtype=float))
+    end = float(steps[window - 1]) if len(steps) >= window else float("inf")
+    early = EARLY * total_steps
+    return end, (min(end, early) / early if early > 0 else float("nan"))
+
+
+def binned(steps, values, edges: np.ndarray) -> np.ndarray:
+    """Mean of values per step bin (NaN for empty bins)."""
+    idx = np.clip(np.digitize(steps, edges[1:-1]), 0, len(edges) - 2)
+    sums = np.bincount(idx, values, len(edges) - 1)
+    counts = np.bincount(idx, None, len(edges) - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Across-run mean, min, max and count per bin of binned curves."""
+    a = np.vstack(curves)
+    n = np.sum(~np.isnan(a), axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins
+        return np.nanmean(a, 0), np.nanmin(a, 0), np.nanmax(a, 0), n
