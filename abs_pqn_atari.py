@@ -128,12 +128,14 @@ class Args:
     """greedy evaluation episodes after training (no life loss, no reward clipping)"""
     eval_epsilon: float = 0.0
     """epsilon of the evaluation policy"""
+    eval_protocol: Literal["quota", "first-finished"] = "quota"
+    """quota: each env plays an equal share of the games (unbiased); first-finished: the first to end (the authors')"""
     eval_num_envs: int = 20
-    """parallel environments for the evaluation (each plays an equal share of the episodes)"""
+    """parallel environments for the evaluation (the authors' code: 100, with --eval-protocol first-finished)"""
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
     eval_fire_after_life_loss: bool = True
-    """in games with FIRE, press it on the step after a lost life as training's resets do (off: the paper's eval)"""
+    """in games with FIRE, press it on the step after a lost life as training's resets do (off: the authors' code)"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
@@ -154,7 +156,7 @@ NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
     "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon",
-    "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss", "bf16", "compile",
+    "eval_protocol", "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss", "bf16", "compile",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
@@ -425,16 +427,17 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 @torch.no_grad()
 def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
-             fire_after_life_loss=True):
-    """`episodes` whole games, epsilon-greedy, by abs_utils.play_atari_games; fire_after_life_loss presses FIRE on
-    the step after a lost life in games that have it (a difference from the paper: see the README)."""
+             fire_after_life_loss=True, protocol="quota"):
+    """`episodes` whole games, epsilon-greedy, by abs_utils.play_atari_games (protocol "quota" or "first-finished");
+    fire_after_life_loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md)."""
     def act(obs):
         with autocast(device, bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
         return select_actions(q_values, epsilon)[0].cpu().numpy()
 
-    envs = make_envs(env_id, min(num_envs, episodes), seed, train=False, max_episode_steps=max_episode_steps)
-    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None)
+    num_envs = num_envs if protocol == "first-finished" else min(num_envs, episodes)  # a quota env plays >= 1 game
+    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
+    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None, protocol)
 
 
 if __name__ == "__main__":
@@ -553,9 +556,9 @@ if __name__ == "__main__":
         run.save_model({"q_network": q_network.state_dict()})
     returns, lengths, capped = [], [], 0
     if args.eval_episodes:
-        print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
+        print(f"evaluating {args.eval_episodes} episodes ({args.eval_protocol}, epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
         returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
                                             args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
-                                            args.bf16, args.eval_fire_after_life_loss)
+                                            args.bf16, args.eval_fire_after_life_loss, args.eval_protocol)
     run.finish(global_step, returns, lengths, capped)

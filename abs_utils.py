@@ -283,18 +283,25 @@ def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game
     return next((i for i, a in enumerate(ale.getMinimalActionSet()) if a == Action.FIRE), None)
 
 
-def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int]):
-    """(returns, lengths, capped) of `episodes` whole games on envpool Atari envs, act(obs) -> actions. Each env
-    plays a fixed quota, so that short games are not favoured; with `fire` (FIRE's index), an env presses it on the
-    step after it lost a life, as envpool's reset does in training."""
+def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], protocol: str = "quota"):
+    """(returns, lengths, capped) of `episodes` whole games on envpool Atari envs, act(obs) -> actions.
+    protocol "quota": each env plays a fixed quota, so that short games are not favoured; "first-finished": the first
+    `episodes` games to end on any env, in the order they end (env index within a step), as the authors' PQN and GNS
+    code counts them: an env with short games ends more of them, so short games are over-represented. With `fire`
+    (FIRE's index), an env presses it on the step after it lost a life, as envpool's reset does in training."""
     num_envs = envs.config["num_envs"]
-    quota = np.full(num_envs, episodes // num_envs)
-    quota[: episodes % num_envs] += 1
+    if protocol == "quota":
+        quota = np.full(num_envs, episodes // num_envs)
+        quota[: episodes % num_envs] += 1
+    elif protocol == "first-finished":  # no env has a share: the first `episodes` games to end count
+        quota = np.full(num_envs, episodes)
+    else:
+        raise ValueError(f"unknown evaluation protocol {protocol!r}")
     finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
     returns, lengths, capped = [], [], 0
     obs, info = envs.reset()
     lives = info["lives"]
-    while (finished < quota).any():
+    while len(returns) < episodes:
         actions = act(obs)
         if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
             actions = np.where(info["lives"] < lives, fire, actions)
@@ -303,6 +310,7 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int]):
         ep_return += reward
         ended = term | trunc
         counted = ended & (finished < quota)
+        counted &= np.cumsum(counted) <= episodes - len(returns)  # first-finished: ties by env index, up to the end
         returns += ep_return[counted].tolist()
         lengths += info["elapsed_step"][counted].tolist()
         capped += int((counted & trunc & ~term).sum())

@@ -818,3 +818,28 @@ def test_burn_in_separate_from_the_window_by_hand():
     restored = pqn.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
     restored.load_state_dict(s2.state_dict())
     assert [restored.update(d) for d in deltas[12:]] == Ls[12:]  # the burn-in count survives a checkpoint
+
+
+# ------------------------------------------------------------------ the authors' evaluation order (first-finished)
+def test_first_finished_evaluation_favours_short_games_on_real_games():
+    """Breakout, no FIRE after a lost life: envs 0 and 1 never press FIRE and stall to the 400-step cap after their
+    first lost ball; envs 2 and 3 press FIRE every step and lose all five balls in 121 steps. With quotas each env
+    plays one game; the authors' order counts the first four games to end, all short, so the mean length drops."""
+    q = torch.zeros(4, 4)
+    q[:2, 0], q[2:, 1] = 1.0, 1.0  # greedy NOOP on envs 0 and 1, greedy FIRE on envs 2 and 3
+    results = {protocol: pqn.evaluate(lambda obs: q[: len(obs)], "Breakout-v5", 4, 0.0, 4, 400, 5,
+                                      torch.device("cpu"), fire_after_life_loss=False, protocol=protocol)
+               for protocol in ("quota", "first-finished")}
+    _, lengths, capped = results["quota"]
+    assert sorted(lengths) == [121, 121, 400, 400] and capped == 2
+    _, lengths, capped = results["first-finished"]
+    assert lengths == [121] * 4 and capped == 0
+
+
+def test_end_to_end_first_finished_is_recorded_in_the_results(tmp_path):
+    p = run([*TINY, "--total-timesteps", "256", "--run-name", "authors-eval", "--no-adapt", "--num-steps", "8",
+             "--eval-protocol", "first-finished"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "evaluating 2 episodes (first-finished," in p.stdout
+    check_eval_json(tmp_path / "authors-eval" / "eval_results.json",
+                    {"eval_protocol": "first-finished", "eval_num_envs": 2}, 256)

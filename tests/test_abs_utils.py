@@ -526,3 +526,43 @@ def test_flag_types_of_a_checkpoint():
 def test_eta_of_a_huge_run_does_not_overflow(tmp_path, capsys):
     assert "| ETA 2777777777777777" in progress_line(tmp_path, capsys, 0, 10**30, 1, "x", [])
     assert progress_line(tmp_path, capsys, 0, 3 * 3600 + 61, 1, "x", []).endswith("| ETA 3:01:01")
+
+
+# ---------------------------------------------------------------- the Atari evaluation loop's two protocols
+class GamesOfFixedLength:
+    """envpool's Atari interface on envs whose games last `lengths[i]` steps each and score i + 1 (no lives lost)."""
+
+    def __init__(self, lengths):
+        self.lengths, self.config = np.array(lengths), {"num_envs": len(lengths)}
+        self.elapsed = np.zeros(len(lengths), dtype=np.int64)
+
+    def info(self):
+        return {"lives": np.full(len(self.lengths), 5), "elapsed_step": self.elapsed.copy()}
+
+    def reset(self):
+        return np.zeros(len(self.lengths)), self.info()
+
+    def step(self, actions):
+        self.elapsed = np.where(self.elapsed == self.lengths, 0, self.elapsed) + 1  # envpool resets after an end
+        term = self.elapsed == self.lengths
+        return np.zeros(len(self.lengths)), np.where(term, np.arange(len(self.lengths)) + 1.0, 0.0), term, \
+            np.zeros_like(term), self.info()
+
+    def close(self):
+        pass
+
+
+def test_quota_plays_equal_shares_and_first_finished_the_first_games_to_end():
+    act = lambda obs: np.zeros(len(obs), dtype=np.int64)
+    # Quotas [2, 2, 1]: every env's games count, whatever their length.
+    returns, lengths, capped = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None)
+    assert (returns, lengths, capped) == ([1.0, 2.0, 1.0, 2.0, 3.0], [2, 3, 2, 3, 7], 0)
+    # The first 5 to end: steps 2 (env 0), 3 (env 1), 4 (env 0), 6 (env 0, then env 1 in env order). Env 2's
+    # 7-step game never counts, and the mean length falls from 3.4 to 2.4: the order favours short games.
+    returns, lengths, capped = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None, "first-finished")
+    assert (returns, lengths, capped) == ([1.0, 2.0, 1.0, 1.0, 2.0], [2, 3, 2, 2, 3], 0)
+    # A tie at the last place: only the first env's game of that step counts.
+    returns, lengths, _ = U.play_atari_games(GamesOfFixedLength([2, 2, 2]), act, 4, None, "first-finished")
+    assert (returns, lengths) == ([1.0, 2.0, 3.0, 1.0], [2, 2, 2, 2])
+    with pytest.raises(ValueError, match="protocol"):
+        U.play_atari_games(GamesOfFixedLength([2]), act, 1, None, "first")
