@@ -19,6 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))
 sys.path.insert(1, str(ROOT))
+import experiments  # noqa: E402
+import slurm  # noqa: E402
 import sweep  # noqa: E402
 
 # A stand-in for a training script, following the conventions: it writes eval_results.json
@@ -92,13 +94,13 @@ def sweep_cli(*args, timeout=120, env=None):
 
 
 def starts(log: Path) -> int:
-    return sum(1 for line in log.read_text().splitlines() if sweep.START.match(line))
+    return sum(1 for line in log.read_text().splitlines() if experiments.START.match(line))
 
 
 # ----------------------------------------------------------------------------- expansion
 def builtin(name, **kw):
-    games, exps = sweep.load_config()
-    return sweep.expand(name, exps, games, "/r", **kw)
+    games, exps = experiments.load_config()
+    return experiments.expand(name, exps, games, "/r", **kw)
 
 
 def test_atari10_batches_expansion():
@@ -131,9 +133,9 @@ def test_filters_scale_and_extra_args():
                                                                    ("Large", "Pong-v5__7", 20000)]
     assert runs[1].command()[13:] == ["500", "--no-adapt", "--num-steps", "64", "--num-envs", "4"]
     assert builtin("mujoco", scale=1e-12)[0].total_timesteps == 1  # floor: one step
-    with pytest.raises(sweep.SweepError, match="no label"):
+    with pytest.raises(experiments.SweepError, match="no label"):
         builtin("atari10-batches", labels=["Huge"])
-    with pytest.raises(sweep.SweepError, match="unknown experiment"):
+    with pytest.raises(experiments.SweepError, match="unknown experiment"):
         builtin("atari11")
 
 
@@ -187,7 +189,7 @@ def test_mujoco_and_btr_expansion():
 
 
 def test_mujoco_ess_expansion_matches_the_mujoco_grid():
-    games, exps = sweep.load_config()
+    games, exps = experiments.load_config()
     same = ("games", "seeds", "total_timesteps", "checkpoint_every", "env_suffix", "benchmark", "script")
     assert {k: exps["mujoco-ess"][k] for k in same} == {k: exps["mujoco"][k] for k in same}
     runs = builtin("mujoco-ess")
@@ -195,7 +197,7 @@ def test_mujoco_ess_expansion_matches_the_mujoco_grid():
     assert {r.env_id for r in runs} == {r.env_id for r in builtin("mujoco")}
     assert [r.flags for r in runs[:3]] == [("--no-adapt", "--num-steps", "2048"), ("--divergence", "kl"),
                                            ("--divergence", "ess")]
-    assert sweep.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
+    assert experiments.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
         "PPO+ABS-ESS", [("PPO+ABS", "PPO"), ("PPO+ABS-ESS", "PPO")])
 
 
@@ -204,10 +206,10 @@ def test_every_builtin_label_is_accepted_by_its_script(capsys):
     # without creating anything: a flag renamed in a script or a bad env id in the grid fails here.
     import importlib
 
-    games, exps = sweep.load_config()
+    games, exps = experiments.load_config()
     checked = set()
     for name in exps:
-        for r in sweep.expand(name, exps, games, "/nonexistent-root"):
+        for r in experiments.expand(name, exps, games, "/nonexistent-root"):
             key = (r.label, r.script) if name != "mujoco" else (r.label, r.env_id)
             if (name, key) in checked:
                 continue
@@ -314,7 +316,7 @@ def test_sigterm_to_local_sweep_checkpoints_and_rerun_resumes(tiny):
 
 
 def test_state_from_log(tmp_path):
-    run = sweep.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
+    run = experiments.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
     assert sweep.state(run) == "missing"
     run.log.parent.mkdir(parents=True)
     run.log.write_text("[sweep] 2026-01-01T00:00:00 start on h: python x.py\nstep 1\n")
@@ -453,8 +455,8 @@ def test_report_keeps_the_experiments_length_and_leaves_other_lengths_out(tiny, 
 
 
 def test_builtin_references_and_comparisons():
-    games, exps = sweep.load_config()
-    refs = {name: sweep.reference_and_comparisons(name, exp) for name, exp in exps.items()}
+    games, exps = experiments.load_config()
+    refs = {name: experiments.reference_and_comparisons(name, exp) for name, exp in exps.items()}
     assert refs["mujoco"] == ("PPO+ABS", [("PPO+ABS", "PPO")])
     assert refs["btr-atari5"] == ("BTR+ABS", [("BTR+ABS", "BTR")])
     assert refs["atari10-batches"][1] == [("ABS", lb) for lb in ("Small", "Vanilla", "Large", "GNS")]
@@ -464,10 +466,10 @@ def test_builtin_references_and_comparisons():
     for a, b in pairs:
         net = a.split("_")[0]
         assert a.startswith(f"{net}_ABS16-") and b in (f"{net}_fixed32", f"{net}_fixed64")
-    with pytest.raises(sweep.SweepError, match="reference 'X' is not one of its labels"):
-        sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
-    with pytest.raises(sweep.SweepError, match="comparisons must be a list"):
-        sweep.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
+    with pytest.raises(experiments.SweepError, match="reference 'X' is not one of its labels"):
+        experiments.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
+    with pytest.raises(experiments.SweepError, match="comparisons must be a list"):
+        experiments.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
 
 
 def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alone(tiny, monkeypatch, capsys):
@@ -482,7 +484,7 @@ def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alo
     asked = []
 
     def states(runs):
-        asked.append(sorted(sweep.job_id(r) for r in runs if sweep.job_id(r)))
+        asked.append(sorted(slurm.job_id(r) for r in runs if slurm.job_id(r)))
         return {"7_0": "RUNNING", "7_1": "COMPLETED"}
     monkeypatch.setattr(sweep, "slurm_states", states)
     assert sweep.main(["run", "tiny", *opts, "--labels", "A", "--dry-run"]) == 0
@@ -512,7 +514,7 @@ def test_slurm_sbatch_parameters(tiny, tmp_path, monkeypatch):
     (fake_bin / "srun").write_text("#!/bin/sh\nexit 0\n")
     (fake_bin / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    ex = sweep.slurm_executor(slurm_args(tiny[0]), tmp_path / "submitit")
+    ex = slurm.slurm_executor(slurm_args(tiny[0]), tmp_path / "submitit")
     assert ex._executor.max_num_timeout == 20
     text = ex._executor._make_submission_file_text("python -m submitit.core._submit X", "uid")
     for line in ("#SBATCH --partition=gpu-long", "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=12",
@@ -589,11 +591,11 @@ def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
     the job requeues itself (through submitit's LocalExecutor here) instead of failing, and resumes."""
     submitit = pytest.importorskip("submitit")
     opts, exp_dir = tiny
-    games, exps = sweep.load_config(opts[1])
-    run = sweep.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    games, exps = experiments.load_config(opts[1])
+    run = experiments.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
     ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
     ex.update_parameters(timeout_min=5)
-    job = sweep.submit(ex, [run], grace_s=20)[0]
+    job = slurm.submit(ex, [run], grace_s=20)[0]
     deadline = time.time() + 60
     while not (run.log.exists() and (m := re.search(r"training Pong-v5 1 pid (\d+)", run.log.read_text()))):
         assert time.time() < deadline, "the script did not start"
@@ -623,7 +625,7 @@ def preempted(tmp_path, monkeypatch):
     (fake_bin / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "77")
-    run = sweep.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
+    run = experiments.Run("e", "L", "x.py", "Pong-v5", 1, 10, 0, (), tmp_path / "e" / "L")
     run.dir.mkdir(parents=True)
     (run.dir / "checkpoint.pt").write_text("{}")
     run.log.parent.mkdir(parents=True)
@@ -644,9 +646,9 @@ def preempted(tmp_path, monkeypatch):
 def test_preemption_requeue_asks_slurm_first_and_logs_the_outcome(preempted, monkeypatch):
     run, calls, _ = preempted
     monkeypatch.setenv("FAKE_JOBSTATE", "PREEMPTED")
-    assert sweep.slurm_job_state("77") == "PREEMPTED"
+    assert slurm.slurm_job_state("77") == "PREEMPTED"
     with pytest.raises(SystemExit):
-        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+        slurm.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
     assert len(calls) == 1 and "requeue" not in calls[0]  # the log line comes after the requeue, with its outcome
     assert run.log.read_text().rstrip().endswith("without the time-limit signal (preemption); requeue 1 of at most "
                                                  "2: requeued")
@@ -655,12 +657,12 @@ def test_preemption_requeue_asks_slurm_first_and_logs_the_outcome(preempted, mon
 
 def test_preemption_requeue_not_after_a_scancel_nor_an_unknown_state(preempted, monkeypatch):
     run, calls, _ = preempted
-    job = sweep.RunJob(run, 10)
+    job = slurm.RunJob(run, 10)
     monkeypatch.setenv("FAKE_JOBSTATE", "CANCELLED")
     job._requeue_preempted(143)  # returns: the job ends as failed, the run stays interrupted
     assert "not requeued: job 77 was cancelled (JobState=CANCELLED)" in run.log.read_text()
     monkeypatch.setenv("FAKE_JOBSTATE", "fail")
-    assert sweep.slurm_job_state("77") is None
+    assert slurm.slurm_job_state("77") is None
     job._requeue_preempted(143)
     assert "not requeued: `scontrol show job 77` gave no JobState" in run.log.read_text()
     assert calls == [] and not run.requeue_file.exists() and sweep.state(run) == "interrupted"
@@ -670,13 +672,13 @@ def test_preemption_requeues_are_capped_and_a_requeue_timeout_is_caught(preempte
     run, calls, requeue_error = preempted
     monkeypatch.setenv("FAKE_JOBSTATE", "RUNNING")
     requeue_error.append(subprocess.TimeoutExpired(["scontrol", "requeue", "12_3"], 60))
-    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)  # returns instead of raising
+    slurm.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)  # returns instead of raising
     assert len(calls) == 1 and "requeue 1 of at most 2: failed (TimeoutExpired" in run.log.read_text()
     requeue_error.clear()
     with pytest.raises(SystemExit):
-        sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+        slurm.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
     assert len(calls) == 2 and run.requeue_file.read_text() == "2\n"
-    sweep.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
+    slurm.RunJob(run, 10, max_requeues=2)._requeue_preempted(143)
     assert len(calls) == 2 and run.log.read_text().rstrip().endswith(
         "not requeued: requeued 2 time(s) after preemptions already (--max-requeues 2)")
 
@@ -686,15 +688,15 @@ def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
     stops the script with SIGTERM (it checkpoints), submitit requeues, the new job resumes."""
     submitit = pytest.importorskip("submitit")
     opts, exp_dir = tiny
-    games, exps = sweep.load_config(opts[1])
-    run = sweep.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    games, exps = experiments.load_config(opts[1])
+    run = experiments.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
     ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
     ex.update_parameters(timeout_min=0.25, signal_delay_s=9)  # the signal comes after 6 s
-    job = sweep.submit(ex, [run], grace_s=20)[0]
+    job = slurm.submit(ex, [run], grace_s=20)[0]
     assert job.result() == 0
     log = run.log.read_text()
     assert "checkpointed on signal 15" in log and "exit 143 (stopped by the" in log
-    second_start = [line for line in log.splitlines() if sweep.START.match(line)][1]
+    second_start = [line for line in log.splitlines() if experiments.START.match(line)][1]
     assert starts(run.log) == 2 and second_start.endswith(f"--resume {run.dir / 'checkpoint.pt'}")
     assert json.loads((run.dir / "eval_results.json").read_text())["resumed_from"] == str(run.dir / "checkpoint.pt")
 
@@ -778,7 +780,7 @@ def test_extra_args_refused_on_the_command_line_and_in_an_experiment(tiny, tmp_p
                       '[experiments.bad.labels]\nA = "--lr 1"\nB = "--seed 7"\n')
     err = refused(["run", "bad", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
     assert err.startswith("error: experiment bad, label B: --seed is set by the sweep itself"), err
-    with pytest.raises(sweep.SweepError, match="--extra-args: --resume is set by the sweep itself"):
+    with pytest.raises(experiments.SweepError, match="--extra-args: --resume is set by the sweep itself"):
         builtin("mujoco", extra_args=["--resume=/tmp/c.pt"])
 
 
@@ -852,22 +854,22 @@ def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
                             ({"total_timesteps": 0}, "experiment e: total_timesteps 0 is not an integer >= 1"),
                             ({"checkpoint_every": -1}, "experiment e: checkpoint_every -1 is not an integer >= 0"),
                             ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: Pong-v5 is given twice")):
-        with pytest.raises(sweep.SweepError, match=re.escape(message)):
-            sweep.expand("e", {"e": {**base, **change}}, games, tmp_path)
-    assert [r.seed for r in sweep.expand("e", {"e": base}, games, tmp_path)] == [1]
+        with pytest.raises(experiments.SweepError, match=re.escape(message)):
+            experiments.expand("e", {"e": {**base, **change}}, games, tmp_path)
+    assert [r.seed for r in experiments.expand("e", {"e": base}, games, tmp_path)] == [1]
 
 
 def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     """Each local worker's run gets cores // workers threads for torch and envpool, as flags the script has (the
     MuJoCo script has no envpool); a thread flag the user gave (experiment, label or --extra-args) is kept."""
-    assert {"--torch-threads", "--env-threads", "--stop-at-step"} <= sweep.script_flags("abs_pqn_atari.py")
-    assert "--torch-threads" in sweep.script_flags("abs_ppo_mujoco.py")
-    assert "--env-threads" not in sweep.script_flags("abs_ppo_mujoco.py")
-    assert sweep.script_flags("no_such_script.py") == frozenset()
-    pqn_run = sweep.Run("e", "L", "abs_pqn_atari.py", "Pong-v5", 1, 10, 0, (), tmp_path)
-    ppo_run = sweep.Run("e", "L", "abs_ppo_mujoco.py", "Hopper-v4", 1, 10, 0, (), tmp_path)
+    assert {"--torch-threads", "--env-threads", "--stop-at-step"} <= experiments.script_flags("abs_pqn_atari.py")
+    assert "--torch-threads" in experiments.script_flags("abs_ppo_mujoco.py")
+    assert "--env-threads" not in experiments.script_flags("abs_ppo_mujoco.py")
+    assert experiments.script_flags("no_such_script.py") == frozenset()
+    pqn_run = experiments.Run("e", "L", "abs_pqn_atari.py", "Pong-v5", 1, 10, 0, (), tmp_path)
+    ppo_run = experiments.Run("e", "L", "abs_ppo_mujoco.py", "Hopper-v4", 1, 10, 0, (), tmp_path)
     assert "--torch-threads" not in pqn_run.command()  # no worker split asked for: the scripts' defaults
-    pqn_cmd, ppo_cmd = (r.command() for r in sweep.with_threads([pqn_run, ppo_run], 3))
+    pqn_cmd, ppo_cmd = (r.command() for r in experiments.with_threads([pqn_run, ppo_run], 3))
     assert pqn_cmd[-4:] == ["--torch-threads", "3", "--env-threads", "3"]
     assert ppo_cmd[-2:] == ["--torch-threads", "3"] and "--env-threads" not in ppo_cmd
     mine = dataclasses.replace(pqn_run, flags=("--torch_threads=2",), threads=3)

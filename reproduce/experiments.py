@@ -1,0 +1,337 @@
+"""The experiment grids and their runs: reading the experiments' TOML (reproduce/experiments.toml and --config),
+checking it, expanding an experiment into its runs, and one run's directory, files, command line and execution.
+
+Every run has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --output-dir and --run-name)
+and the log <root>/<experiment>/<label>/logs/<game>__<seed>.log, to which every attempt appends its output between
+a "[sweep] ... start: <command>" and a "[sweep] ... exit N" line (execute).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime
+import json
+import math
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from runs import is_int, reference_pairs
+
+REPO = Path(__file__).resolve().parent.parent
+BUILTIN_CONFIG = Path(__file__).resolve().parent / "experiments.toml"
+RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"
+DEFAULT_ROOT = "runs/sweeps"
+EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
+                   "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons", "stop_at_step"}
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
+INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
+# The flags the sweep gives every command itself (Run.command): neither --extra-args nor an experiment's flags may
+# set them, or a run would not be the one its directory, log and status stand for.
+SWEEP_FLAGS = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
+               "--resume", "--stop-at-step")
+# The scripts' thread-count flags, which the sweep sets (cores / workers) unless the user's flags set them.
+THREAD_FLAGS = ("--torch-threads", "--env-threads")
+# Seeds are below this: envpool takes signed 32-bit seeds, and the scripts evaluate on seed + 10,000 (abs_utils.py).
+SEED_LIMIT = 2 ** 31 - 10000
+MAX_STEPS = 2 ** 63 - 1  # total_timesteps must fit the scripts' (and TensorBoard's) 64-bit step counters
+
+
+class SweepError(Exception):
+    """Bad experiment definition or command line: printed as one line, exit code 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    experiment: str
+    label: str
+    script: str
+    env_id: str
+    seed: int
+    total_timesteps: int
+    checkpoint_every: int
+    flags: tuple[str, ...]
+    label_dir: Path  # the scripts' --output-dir
+    stop_at_step: int | None = None  # a prefix run: it trains to this step of its total_timesteps' schedules
+    threads: int | None = None  # --torch-threads / --env-threads for the scripts that have them (see with_threads)
+
+    @property
+    def name(self) -> str:
+        return f"{self.env_id}__{self.seed}"
+
+    @property
+    def dir(self) -> Path:
+        return self.label_dir / self.name
+
+    @property
+    def log(self) -> Path:
+        return self.label_dir / "logs" / f"{self.name}.log"
+
+    @property
+    def job_file(self) -> Path:
+        """The Slurm job id of the run's latest submission."""
+        return self.label_dir / "logs" / f"{self.name}.slurm"
+
+    @property
+    def requeue_file(self) -> Path:
+        """How often the run's latest Slurm job requeued itself after a preemption."""
+        return self.label_dir / "logs" / f"{self.name}.requeues"
+
+    def _result(self, key: str) -> int | None:
+        try:
+            return int(json.loads((self.dir / RESULT).read_text())[key])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def result_timesteps(self) -> int | None:
+        """total_timesteps of the run's eval_results.json; None when there is none (or it is unreadable)."""
+        return self._result("total_timesteps")
+
+    def result_steps(self) -> tuple[int, int] | None:
+        """(total_timesteps, global_step) of the run's eval_results.json, or None: global_step < total_timesteps
+        for a prefix run (--stop-at-step)."""
+        total, reached = self.result_timesteps(), self._result("global_step")
+        return None if total is None or reached is None else (total, reached)
+
+    @property
+    def target_step(self) -> int:
+        """The step the run trains to: its stop_at_step (a prefix run), else its total_timesteps."""
+        return self.total_timesteps if self.stop_at_step is None else self.stop_at_step
+
+    def done(self) -> bool:
+        """Finished with this run's length, up to its target step: a result of another --total-timesteps (a mini run)
+        does not count, nor a prefix result for a run that goes further (a full run, or a later stop)."""
+        steps = self.result_steps()
+        return steps is not None and steps[0] == self.total_timesteps and steps[1] >= self.target_step
+
+    def command(self) -> list[str]:
+        """The command line, starting with "python"; it runs from the repository root."""
+        cmd = ["python", self.script, "--env-id", self.env_id, "--seed", str(self.seed),
+               "--total-timesteps", str(self.total_timesteps), "--output-dir", str(self.label_dir),
+               "--run-name", self.name, "--checkpoint-every", str(self.checkpoint_every), *self.flags]
+        if self.stop_at_step is not None:
+            cmd += ["--stop-at-step", str(self.stop_at_step)]
+        if self.threads is not None:  # only the thread flags the script has and the user's flags do not set
+            given = {t.split("=", 1)[0].replace("_", "-") for t in self.flags if t.startswith("--")}
+            cmd += [x for flag in THREAD_FLAGS if flag in script_flags(self.script) and flag not in given
+                    for x in (flag, str(self.threads))]
+        if (self.dir / CHECKPOINT).exists():
+            cmd += ["--resume", str(self.dir / CHECKPOINT)]
+        return cmd
+
+
+def script_flags(script: str) -> frozenset[str]:
+    """The --flags of a training script's `Args` dataclass, read from its source (nothing is imported)."""
+    path = Path(script) if Path(script).is_absolute() else REPO / script
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset("--" + node.target.id.replace("_", "-") for cls in tree.body
+                     if isinstance(cls, ast.ClassDef) and cls.name == "Args" for node in cls.body
+                     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name))
+
+
+def with_threads(runs: list[Run], threads: int) -> list[Run]:
+    """The runs with `threads` CPU threads each (torch's and envpool's), so that runs side by side do not
+    oversubscribe the cores; a thread flag in the user's flags wins."""
+    return [dataclasses.replace(r, threads=threads) for r in runs]
+
+
+
+# ----------------------------------------------------------------------------- experiments
+def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
+    """(game lists, experiments) of the built-in file, updated by the user's --config file."""
+    files = [BUILTIN_CONFIG] + ([Path(extra)] if extra else [])
+    games, experiments = {}, {}
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SweepError(f"--config {path}: {e}") from e
+        games.update(data.get("games", {}))
+        experiments.update(data.get("experiments", {}))
+    return games, experiments
+
+
+def sweep_flag(tokens) -> str | None:
+    """The first of tokens that sets a flag the sweep sets itself (SWEEP_FLAGS), in any spelling the scripts' parser
+    (tyro) takes: `--run-name x`, `--run-name=x`, `--run_name x`; None when there is none."""
+    for token in tokens:
+        if token.startswith("--") and token.split("=", 1)[0].replace("_", "-") in SWEEP_FLAGS:
+            return token
+    return None
+
+
+def check_flags(tokens, where: str) -> tuple[str, ...]:
+    """tokens, unless one sets a flag the sweep sets itself (SweepError naming it)."""
+    token = sweep_flag(tokens)
+    if token is not None:
+        raise SweepError(f"{where}: {token.split('=', 1)[0]} is set by the sweep itself for every run ("
+                         f"{', '.join(SWEEP_FLAGS)}); use the sweep's --games, --seeds, --scale, --checkpoint-every "
+                         "or --root instead")
+    return tuple(tokens)
+
+
+def _flags(value, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            return check_flags(shlex.split(value), where)
+        except ValueError as e:  # an unclosed quote
+            raise SweepError(f"{where}: flags {value!r}: {e}") from e
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return check_flags(value, where)
+    raise SweepError(f"{where}: flags must be a string or a list of strings")
+
+
+def check_seeds(seeds, where: str) -> list[int]:
+    """Seeds as integers in [0, SEED_LIMIT), each once (SweepError otherwise)."""
+    out = []
+    for seed in seeds:
+        if not is_int(seed) or not 0 <= seed < SEED_LIMIT:
+            raise SweepError(f"{where}: seed {seed!r} is not an integer in [0, 2^31 - 10000 = {SEED_LIMIT})")
+        if seed in out:
+            raise SweepError(f"{where}: seed {seed} is given twice")
+        out.append(seed)
+    return out
+
+
+def normalize_game(game: str, suffix: str) -> str:
+    """'Pong' -> 'Pong-v5' when the experiment's env_suffix is '-v5'; full ids are kept."""
+    return game if re.search(r"-v\d+$", game) else game + suffix
+
+
+def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, games=None,
+           seeds=None, labels=None, scale: float = 1.0, extra_args=(), checkpoint_every=None) -> list[Run]:
+    """All runs of one experiment, seed-major (seed 1 of every game and label comes first)."""
+    if name not in experiments:
+        raise SweepError(f"unknown experiment {name!r}; known: {', '.join(experiments)}")
+    exp = experiments[name]
+    unknown = set(exp) - EXPERIMENT_KEYS
+    missing = {"script", "games", "seeds", "total_timesteps", "labels"} - set(exp)
+    if unknown or missing:
+        raise SweepError(f"experiment {name}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    exp_games = exp["games"]
+    if isinstance(exp_games, str):
+        if exp_games not in game_lists:
+            raise SweepError(f"experiment {name}: no game list named {exp_games!r}")
+        exp_games = game_lists[exp_games]
+    suffix = exp.get("env_suffix", "")
+    where = "--games" if games else f"experiment {name}"
+    games = [normalize_game(g, suffix) for g in games] if games else list(exp_games)
+    twice = next((g for i, g in enumerate(games) if g in games[:i]), None)
+    if twice is not None:  # two runs in one directory
+        raise SweepError(f"{where}: {twice} is given twice")
+    seeds = check_seeds(seeds, "--seeds") if seeds else check_seeds(exp["seeds"], f"experiment {name}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise SweepError(f"--scale {scale}: must be a finite number > 0")
+    total = exp["total_timesteps"]
+    if not is_int(total) or total < 1:
+        raise SweepError(f"experiment {name}: total_timesteps {total!r} is not an integer >= 1")
+    if not total * scale <= MAX_STEPS:
+        raise SweepError(f"--scale {scale:g}: {total:,} x {scale:g} total timesteps is more than a 64-bit step "
+                         "counter holds")
+    steps = max(1, round(total * scale))
+    stop = exp.get("stop_at_step")
+    if stop is not None:
+        if not is_int(stop) or not 1 <= stop <= total:
+            raise SweepError(f"experiment {name}: stop_at_step {stop!r} is not an integer in [1, total_timesteps "
+                             f"= {total}]")
+        stop = min(steps, max(1, round(stop * scale)))
+    ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
+    if not is_int(ckpt) or ckpt < 0:
+        raise SweepError(f"{'--checkpoint-every' if checkpoint_every is not None else f'experiment {name}'}: "
+                         f"checkpoint_every {ckpt!r} is not an integer >= 0")
+    common = _flags(exp.get("flags", ""), f"experiment {name}")
+    extra_args = check_flags(extra_args, "--extra-args")
+    label_specs = exp["labels"]
+    reference_and_comparisons(name, exp)
+    for label in labels or []:
+        if label not in label_specs:
+            raise SweepError(f"experiment {name} has no label {label!r}; labels: {', '.join(label_specs)}")
+    runs = []
+    for seed in seeds:
+        for game in games:
+            for label, spec in label_specs.items():
+                if labels and label not in labels:
+                    continue
+                if not LABEL_RE.match(label):
+                    raise SweepError(f"experiment {name}: label {label!r} is not a valid directory name")
+                if isinstance(spec, dict):
+                    if set(spec) - {"script", "flags"}:
+                        raise SweepError(f"experiment {name}, label {label}: only 'script' and 'flags' allowed")
+                    script, flags = spec.get("script", exp["script"]), spec.get("flags", "")
+                else:
+                    script, flags = exp["script"], spec
+                runs.append(Run(name, label, script, game, seed, steps, ckpt,
+                                common + _flags(flags, f"experiment {name}, label {label}") + extra_args,
+                                Path(root).resolve() / name / label, stop))
+    return runs
+
+
+def reference_and_comparisons(name: str, exp: dict) -> tuple[str, list[tuple[str, str]]]:
+    """The experiment's reference label (default: its first) and its comparisons, a list of [A, B] label pairs
+    (A against the baseline B; default: the reference against every other label)."""
+    labels = list(exp["labels"])
+    ref = exp.get("reference", labels[0])
+    if ref not in labels:
+        raise SweepError(f"experiment {name}: reference {ref!r} is not one of its labels {labels}")
+    pairs = exp.get("comparisons")
+    if pairs is None:
+        return ref, reference_pairs(ref, labels)
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(x in labels for x in p)
+                                              for p in pairs):
+        raise SweepError(f"experiment {name}: comparisons must be a list of [label, label] pairs of {labels}")
+    return ref, [tuple(p) for p in pairs]
+
+
+def default_root(scale: float) -> str:
+    """runs/sweeps, or runs/sweeps-scale<S> for a --scale S other than 1: runs of another length never share a
+    directory with the full ones."""
+    return DEFAULT_ROOT if scale == 1 else f"{DEFAULT_ROOT}-scale{scale:g}"
+
+
+# ----------------------------------------------------------------------------- one run
+def now() -> str:
+    return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, on_start=None) -> int | None:
+    """Run one script to its end, appending its output to run.log; None when it was already done."""
+    if run.done():
+        return None
+    cmd = run.command()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    run.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(run.log, "a") as log:
+        log.write(f"[sweep] {now()} start on {socket.gethostname()}: {shlex.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, **(popen_kwargs or {}))
+        if on_start:
+            on_start(proc, log)
+        rc = shell_rc(proc.wait())
+        log.write(f"\n[sweep] {now()} exit {rc}\n")
+    return rc
+
+
+def shell_rc(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal N: 128 + N, as a shell reports it
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
