@@ -184,12 +184,19 @@ def env_only_sps(env_id: str, num_envs: int, steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def was_skipped(row: dict) -> bool:
+    """A row --budget did not run (not a failure)."""
+    return str(row.get("error", "")).startswith("skipped")
+
+
 def summarize(group_rows: list[list[dict]]) -> list[dict]:
     """Median over rounds per variant, and the ratio to the baseline's median."""
     out = []
     for rows in group_rows:
         ok = [r for r in rows if r.get("sps") is not None]
-        s = dict(ok[-1] if ok else rows[-1])  # phases, storage and command of a round that worked
+        crashed = [r for r in rows if not was_skipped(r)]
+        # phases, storage and command of a round that worked; else a failure, which outweighs a skip
+        s = dict(ok[-1] if ok else crashed[-1] if crashed else rows[-1])
         s["rounds"] = len(ok)
         s["sps_rounds"] = [r["sps"] for r in ok]
         s["sps"] = statistics.median(s["sps_rounds"]) if ok else None
@@ -228,7 +235,8 @@ def markdown(results: dict) -> str:
     for group, rows in results["groups"].items():
         for r in rows:
             if r.get("sps") is None:
-                lines.append(f"| {r['name']} | failed | | | | | | | `{r['command']}` |")
+                verdict = "skipped" if was_skipped(r) else "failed"
+                lines.append(f"| {r['name']} | {verdict} | | | | | | | `{r['command']}` |")
                 continue
             star = "*" if r.get("stopped_rounds") else ""
             cuda = f"{r['cuda_peak_bytes'] / 2**20:.0f}" if "cuda_peak_bytes" in r else "-"
@@ -328,7 +336,7 @@ def main(argv=None):
 def failures(results: dict) -> tuple[list[str], list[str]]:
     """Rows without a result: those that failed (exit 1), and those --budget skipped (reported, not a failure)."""
     rows = [r for rows in results["groups"].values() for r in rows if r.get("sps") is None]
-    skipped = [r["name"] for r in rows if str(r.get("error", "")).startswith("skipped")]
+    skipped = [r["name"] for r in rows if was_skipped(r)]
     failed = [r["name"] for r in rows if r["name"] not in skipped]
     return failed + (["environment only"] if results["env_only"]["sps"] is None else []), skipped
 

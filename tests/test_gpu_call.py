@@ -2,7 +2,7 @@
 imports (the test files, bench/throughput.py, bench/gpu/summary.py, the scripts they start and what those import in
 turn, imports inside functions included) is in the standard library, in this repository, on the GPU machine
 (bench/gpu/gpu-machine.txt) or in the wheelhouse (bench/gpu/wheels.txt), so that a new import cannot break the call
-unseen. Reads files only, in about a second."""
+unseen; and its tables tell a row the time budget skipped from one that failed. Reads files only, in about a second."""
 import ast
 import importlib.metadata
 import re
@@ -14,6 +14,8 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "bench" / "gpu"
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(GPU))
+import summary  # noqa: E402
 import throughput  # noqa: E402
 
 # Modules the call never imports although a file it runs names them: each for a feature the call does not use.
@@ -138,3 +140,19 @@ def test_the_wheelhouse_pins_one_version_each_within_requirements_txt():
             assert req.specifier.contains(pins[norm(req.name)]), (req, pins[norm(req.name)])
     assert sum(norm(req.name) in pins for req in required) >= 4  # envpool, ale-py, gymnasium, tyro
 
+
+def test_a_row_the_budget_skipped_reads_skipped_not_failed():
+    ok = {"name": "fine", "command": "a", "returncode": 0, "sps": 5.0, "steady_sps": 5.0, "peak_rss_mb": 1.0}
+    skipped = {"name": "late", "command": "b", "returncode": None, "peak_rss_mb": 0.0,
+               "error": "skipped: the budget was spent"}
+    crashed = {"name": "broken", "command": "c", "returncode": 1, "peak_rss_mb": 1.0, "error": "Traceback\nValueError: x"}
+    # a variant that crashed in one round and was skipped in the next failed
+    rows = throughput.summarize([[ok], [skipped, skipped], [crashed, skipped]])
+    results = {"mode": "quick", "machine": "m", "date": "d", "rounds": 2, "budget_seconds": 100.0,
+               "groups": {"g": rows}, "env_only": {"num_envs": 16, "sps": 10.0}}
+    assert throughput.failures(results) == (["broken"], ["late"])
+    lines = throughput.markdown(results).splitlines()
+    assert any(line.startswith("| late | skipped |") for line in lines), lines
+    assert any(line.startswith("| broken | failed |") for line in lines), lines
+    assert summary.key_numbers(results)[2:] == ["- late: **skipped** (the budget was spent)",
+                                                "- broken: **no result** (ValueError: x)"]

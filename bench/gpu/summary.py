@@ -28,8 +28,16 @@ def test_verdicts(xml_path: Path) -> tuple[dict, list[str]]:
     return counts, problems
 
 
+def row_verdict(row: dict) -> str:
+    """measured, skipped (bench/throughput.py --budget ran out before the row) or failed."""
+    if row.get("sps") is not None:
+        return "measured"
+    return "skipped" if str(row.get("error", "")).startswith("skipped") else "failed"
+
+
 def key_numbers(results: dict) -> list[str]:
-    """One line per benchmark row that answers a question: SPS, ratio to the group's first row, peak CUDA memory."""
+    """One line per benchmark row that answers a question: SPS, ratio to the group's first row, peak CUDA memory;
+    a row without a result says whether it was skipped for the time budget or failed."""
     env = results["env_only"]
     lines = [f"- envpool alone, {env['num_envs']} envs, random actions (the ceiling): " +
              (f"**{env['sps']:.0f} SPS**" if env["sps"] is not None else f"**no result** ({env.get('error')})")]
@@ -38,7 +46,10 @@ def key_numbers(results: dict) -> list[str]:
         for r in rows:
             if r.get("sps") is None:
                 why = (r.get("error") or "failed").strip().splitlines()[-1][:200]
-                lines.append(f"- {r['name']}: **no result** ({why})")
+                if row_verdict(r) == "skipped":
+                    lines.append(f"- {r['name']}: **skipped** ({why.removeprefix('skipped:').strip()})")
+                else:
+                    lines.append(f"- {r['name']}: **no result** ({why})")
                 continue
             cuda = f", peak CUDA {r['cuda_peak_bytes'] / 2**20:.0f} MiB" if r.get("cuda_peak_bytes") else ""
             stopped = r.get("stopped_rounds") and f", stopped at its time limit in {r['stopped_rounds']} round(s)" or ""
@@ -60,15 +71,17 @@ def main(argv=None):
     lines = [f"# bench/gpu/check.sh ({args.mode})", "",
              f"Wall time of the call: {args.seconds:.0f} s. Tests exit {args.tests_rc}, "
              f"benchmarks exit {args.bench_rc}.",
-             "", "## CUDA tests (tests/test_cuda.py)", "",
+             "", "## Device tests (tests/test_cuda.py)", "",
              ", ".join(f"{v} {k}" for k, v in counts.items()), ""]
     lines += [f"- {x}" for x in problems] + ([""] if problems else [])
     results_path = out / "results.json"
     lines += ["## Benchmarks (bench/throughput.py --groups pqn-gpu btr-gpu)", ""]
     if results_path.exists():
         results = json.loads(results_path.read_text())
+        verdicts = [row_verdict(r) for rows in results["groups"].values() for r in rows]
         lines += [f"Machine: {results['machine']}. Rounds: {results['rounds']}, "
-                  f"budget {results['budget_seconds']:.0f} s.", ""]
+                  f"budget {results['budget_seconds']:.0f} s. Rows: " +
+                  ", ".join(f"{verdicts.count(v)} {v}" for v in ("measured", "skipped", "failed")) + ".", ""]
         lines += key_numbers(results) + ["", "Full table (results.md):", ""]
         if (out / "results.md").exists():
             lines += (out / "results.md").read_text().splitlines()[2:]
