@@ -1,9 +1,12 @@
-"""CUDA checks (marker `cuda`): PQN, GNS and BTR end to end on the GPU; one PQN and one BTR update on the GPU
-against the same update on the CPU; the ABS divergence on both; rollout storage, targets and updates on the GPU.
+"""Device checks (marker `cuda`): PQN, GNS and BTR end to end on the device; one PQN and one BTR update on the
+device against the same update on the CPU; the ABS divergence on both; rollout storage, targets and updates on the
+device.
 
-Without a GPU these tests are skipped (CI collects and skips them). `ABS_TEST_DEVICE=cpu` runs the very same
-code on the CPU, so the plumbing can be rehearsed without a GPU (`bench/gpu/check.sh --rehearse`);
-`ABS_TEST_DEVICE=cuda` makes a missing GPU an error instead of a skip (`bench/gpu/check.sh` on the GPU machine).
+They run on the best device there is: CUDA when torch sees one (`bench/gpu/check.sh` on the GPU machine), else the
+CPU, so every CI run exercises the same code paths at tiny sizes. Only what means something on a GPU alone is
+checked there alone: peak CUDA memory and placement on `cuda` inside the tests, and the TF32 cases, which skip
+without a GPU. `ABS_TEST_DEVICE=cuda` makes a missing GPU an error instead (the GPU call sets it), and
+`ABS_TEST_DEVICE=cpu` keeps a GPU machine's tests on the CPU.
 
 Tolerances, GPU against CPU: PyTorch runs cuDNN convolutions in TF32 by default
 (`torch.backends.cudnn.allow_tf32`, left on by the scripts), a 10-bit mantissa, so with the scripts' settings a
@@ -34,17 +37,19 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def device():
-    """cuda on a GPU; cpu with ABS_TEST_DEVICE=cpu (the rehearsal); otherwise the tests are skipped."""
+    """cuda when torch sees a GPU, else the CPU; ABS_TEST_DEVICE=cuda or cpu insists on one."""
     want = os.environ.get("ABS_TEST_DEVICE", "")
     if want not in ("", "cpu", "cuda"):
         pytest.fail(f"ABS_TEST_DEVICE={want!r}: use cpu or cuda")
-    if want == "cpu":
-        return CPU
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if want == "cuda":
+    if want == "cuda" and not torch.cuda.is_available():
         pytest.fail("ABS_TEST_DEVICE=cuda but torch sees no CUDA device")
-    pytest.skip("no CUDA device (ABS_TEST_DEVICE=cpu rehearses these tests on the CPU)")
+    return torch.device("cuda" if torch.cuda.is_available() and want != "cpu" else "cpu")
+
+
+def tf32_needs_gpu(device, strict: bool):
+    """The TF32 cases mean something on a GPU alone: on the CPU they are the strict float32 ones, so they skip."""
+    if not strict and device.type != "cuda":
+        pytest.skip("TF32 is a GPU setting; on the CPU this case is the strict-fp32 one")
 
 
 @contextlib.contextmanager
@@ -102,17 +107,17 @@ def check_run(p, run_dir, device, algo, total, episodes):
 PQN_TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "4",
             "--num-steps-max", "16", "--adapt-freq", "1", "--window", "2", "--ref-batch-size", "64",
             "--divergence-low", "0.01", "--divergence-high", "0.5", "--eval-episodes", "2", "--eval-num-envs", "2",
-            "--eval-max-episode-steps", "150", "--log-every-seconds", "0", "--total-timesteps", "4000"]
+            "--eval-max-episode-steps", "150", "--log-every-seconds", "0", "--total-timesteps", "2000"]
 
 
 def test_pqn_abs_end_to_end_on_device(device, tmp_path):
     p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--run-name", "pqn"], tmp_path, device)
-    tags = check_run(p, tmp_path / "pqn", device, "abs_pqn_atari", 4000, 2)
+    tags = check_run(p, tmp_path / "pqn", device, "abs_pqn_atari", 2000, 2)
     Ls = [v for _, v in tags["adapt/num_steps"]]
     assert all(4 <= L <= 16 for L in Ls) and len(set(Ls)) > 1  # ABS moved L within its range
     assert all(0.0 <= d <= 1.0 for _, d in tags["adapt/divergence"])
     storage = tags["perf/storage_bytes"][0][1]
-    assert storage == sum(b.numel() * b.element_size() for b in pqn.allocate_storage(16, 8, (4, 84, 84), "meta").values())
+    assert storage == pqn.Rollout.allocate(16, 8, (4, 84, 84), "meta").nbytes
     if device.type == "cuda":  # rollout storage, weights and both RAdam moments were all allocated on the GPU
         assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(pqn.QNetwork(4))
 
@@ -177,6 +182,7 @@ def pqn_step(net, dev, batch):
 
 @pytest.mark.parametrize("strict", [False, True], ids=["tf32-default", "strict-fp32"])
 def test_pqn_update_on_device_matches_cpu(device, strict):
+    tf32_needs_gpu(device, strict)
     torch.manual_seed(0)
     net = pqn.QNetwork(6)
     batch = pqn_batch()
@@ -207,6 +213,7 @@ def btr_step(net, dev, batch, taus, monkeypatch):
 
 @pytest.mark.parametrize("strict", [False, True], ids=["tf32-default", "strict-fp32"])
 def test_btr_update_on_device_matches_cpu(device, strict, monkeypatch):
+    tf32_needs_gpu(device, strict)
     torch.manual_seed(1)
     net = abs_btr.BTRNetwork(6, abs_btr.Args(model_size=0.5, hidden_size=64))
     rng = np.random.default_rng(1)
@@ -227,21 +234,23 @@ def test_btr_update_on_device_matches_cpu(device, strict, monkeypatch):
 
 # ---------------------------------------------------------------- the divergence
 @pytest.fixture(scope="module")
-def divergence_on_cpu():
-    """Two networks whose greedy actions differ on some states, M = 2048 random states, delta and Q on the CPU."""
+def divergence_on_cpu(device):
+    """Two networks whose greedy actions differ on some states, M random states (2048 on a GPU, 512 on the CPU),
+    delta and Q on the CPU."""
     torch.manual_seed(2)
     old = pqn.QNetwork(6)
     new = copy.deepcopy(old)
     with torch.no_grad():  # a changed policy: some greedy actions move, most stay
         for p in new.parameters():
             p.add_(0.05 * p.std().nan_to_num(0.0) * torch.randn_like(p))
-        states = torch.randint(0, 256, (2048, 4, 84, 84), dtype=torch.uint8)
+        states = torch.randint(0, 256, (2048 if device.type == "cuda" else 512, 4, 84, 84), dtype=torch.uint8)
         q_cpu = [net(states) for net in (new, old)]
     return new, old, states, pqn.behavioral_divergence(new, old, states), q_cpu
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["tf32-default", "strict-fp32"])
 def test_divergence_on_device_equals_cpu(device, strict, divergence_on_cpu):
+    tf32_needs_gpu(device, strict)
     new, old, states, delta_cpu, q_cpu = divergence_on_cpu
     assert 0.02 < delta_cpu < 0.98
     new_dev, old_dev = copy.deepcopy(new).to(device), copy.deepcopy(old).to(device)
@@ -263,29 +272,28 @@ def test_divergence_on_device_equals_cpu(device, strict, divergence_on_cpu):
 # ---------------------------------------------------------------- where the tensors live
 def test_storage_targets_and_update_stay_on_the_device(device):
     L, E = 16, 8
-    storage = pqn.allocate_storage(L, E, (4, 84, 84), device)
-    assert all(b.device.type == device.type for b in storage.values()) and storage["obs"].dtype == torch.uint8
+    rollout = pqn.Rollout.allocate(L, E, (4, 84, 84), device)
+    assert all(t.device.type == device.type for t in vars(rollout).values()) and rollout.obs.dtype == torch.uint8
     g = torch.Generator().manual_seed(3)
     rewards, values = torch.randn(L, E, generator=g), torch.randn(L, E, generator=g)
     terminals = (torch.rand(L, E, generator=g) < 0.1).float()
     ends = torch.maximum(terminals, (torch.rand(L, E, generator=g) < 0.05).float())
     for name, t in (("rewards", rewards), ("values", values), ("terminals", terminals), ("ends", ends)):
-        storage[name].copy_(t)
-    returns = pqn.q_lambda_returns(storage["rewards"], storage["values"], storage["terminals"], storage["ends"],
-                                   0.99, 0.65)
+        getattr(rollout, name).copy_(t)
+    returns = pqn.q_lambda_returns(rollout.rewards, rollout.values, rollout.terminals, rollout.ends, 0.99, 0.65)
     assert returns.device.type == device.type  # the Q(lambda) targets are computed where the rollout lives
     assert torch.allclose(returns.cpu(), pqn.q_lambda_returns(rewards, values, terminals, ends, 0.99, 0.65), atol=1e-5)
     net = pqn.QNetwork(4).to(device)
     opt = torch.optim.RAdam(net.parameters(), lr=2.5e-4)
-    storage["obs"].copy_(torch.randint(0, 256, storage["obs"].shape, dtype=torch.uint8, generator=g))
-    storage["actions"].copy_(torch.randint(0, 4, (L, E), generator=g))
-    storage["valid"].fill_(1.0)
+    rollout.obs.copy_(torch.randint(0, 256, rollout.obs.shape, dtype=torch.uint8, generator=g))
+    rollout.actions.copy_(torch.randint(0, 4, (L, E), generator=g))
+    rollout.valid.fill_(1.0)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    loss, _ = pqn.pqn_update(net, opt, storage["obs"].reshape(L * E, 4, 84, 84), storage["actions"].reshape(-1),
-                             returns.reshape(-1), storage["valid"].reshape(-1), 2, 2, 10.0)
+    loss, _ = pqn.pqn_update(net, opt, rollout.obs.reshape(L * E, 4, 84, 84), rollout.actions.reshape(-1),
+                             returns.reshape(-1), rollout.valid.reshape(-1), 2, 2, 10.0)
     assert np.isfinite(loss)
     assert all(opt.state[p]["exp_avg_sq"].device.type == device.type for p in net.parameters())
     if device.type == "cuda":  # the update's activations and optimiser state were allocated on the GPU
