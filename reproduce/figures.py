@@ -11,9 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from measures import divergence_tag, is_abs_run, runs_of, size_tag  # noqa: E402
+from measures import AGGREGATES, divergence_tag, is_abs_run, runs_of, size_tag  # noqa: E402
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run  # noqa: E402
-from stats import AGGREGATES, band, binned, finite  # noqa: E402
+from stats import band, binned, finite  # noqa: E402
 
 UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed)",
          "adapt/kl": "divergence δ = KL (nats)",

@@ -13,6 +13,8 @@ from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
 from stats import (aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, human_normalized_score,
                    improvement_rate, late_variance, robust_improvement)
 
+AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the names of stats.aggregate's values, in its order
+
 
 def runs_of(data, games) -> list[Run]:
     """The runs of data[label][game][seed] on the games, game by game."""

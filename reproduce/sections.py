@@ -10,9 +10,9 @@ from math import comb
 
 import numpy as np
 
-from measures import runs_of
+from measures import AGGREGATES, runs_of
 from runs import RETURN_TAG
-from stats import (AGGREGATES, IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
+from stats import (IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
                    t_interval, welch_interval)
 
 

@@ -18,7 +18,6 @@ import scipy.stats
 from rliable import library as rly
 from rliable import metrics
 
-AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the order of aggregate()'s values
 EARLY, LATE = 0.1, 0.9  # first 10% / last 10% of training steps
 LEVEL = 0.95  # of every interval
 EXACT_RELABELLINGS = 1_000_000  # the permutation test enumerates up to this many relabellings, else samples them
@@ -61,7 +60,7 @@ def iqm(scores) -> float:
 
 
 def aggregate(scores: np.ndarray) -> np.ndarray:
-    """(runs x games) scores -> [IQM, median, mean, optimality gap], in the order of AGGREGATES."""
+    """(runs x games) scores -> [IQM, median, mean, optimality gap] (measures.AGGREGATES names them)."""
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
                      metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
 

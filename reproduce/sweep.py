@@ -8,15 +8,14 @@
 
 The experiments are data: reproduce/experiments.toml (and --config FILE for your own), read, checked and
 expanded into runs by experiments.py, which also gives each run its directory, log and command. The root is
-runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run
-never stands in for a full one. A run is done when its eval_results.json has the run's total_timesteps;
-a run is skipped when done, resumed when it has a checkpoint.pt; `report` reports only the runs of the
-experiment's length.
+runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run never stands in for a full
+one. A run is done when its eval_results.json has the run's total_timesteps; a run is skipped when done, resumed
+when it has a checkpoint.pt; `report` reports only the runs of the experiment's length.
 Locally (this file), runs go to a thread pool of --workers that each run one script as a subprocess, with
 cores / workers threads each; with --slurm, submitit submits them as a job array that requeues itself at its
-time limit and after preemptions (slurm.py). The Slurm job id of every submitted run is kept beside its log (<game>__<seed>.slurm): `status` shows queued and running
-jobs (Slurm's sacct, through submitit), and `run` (local, --slurm or --dry-run) does not start a run whose job
-is queued or running.
+time limit and after preemptions (slurm.py). The Slurm job id of every submitted run is kept beside its log
+(<game>__<seed>.slurm): `status` shows queued and running jobs (Slurm's sacct, through submitit), and `run`
+(local, --slurm or --dry-run) does not start a run whose job is queued or running.
 """
 from __future__ import annotations
 
