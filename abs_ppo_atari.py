@@ -115,15 +115,15 @@ class Args:
     ema_beta: float = 0.1
     """beta of the EMA that moves L towards its target"""
     divergence: Literal["kl", "greedy"] = "kl"
-    """the schedule's divergence: kl (mean categorical KL, nats; --kl-*) | greedy (share of changed modes; --greedy-*)"""
-    kl_low: float = 0.002
-    """delta_min of --divergence kl: a mean KL at or below this gives L_max"""
-    kl_high: float = 0.02
-    """delta_max of --divergence kl: a mean KL at or above this gives L_min"""
+    """the schedule's divergence: kl (mean categorical KL, nats; --kl-*) | greedy (modes changed; --greedy-*)"""
+    kl_low: float = 0.0002
+    """delta_min of --divergence kl: a mean KL at or below this gives L_max (docs/ppo-atari.md: measured)"""
+    kl_high: float = 0.002
+    """delta_max of --divergence kl: a mean KL at or above this gives L_min (the early level at L = 128)"""
     greedy_low: float = 0.05
-    """delta_min of --divergence greedy: a share of changed greedy actions at or below this gives L_max"""
-    greedy_high: float = 0.5
-    """delta_max of --divergence greedy: a share at or above this gives L_min"""
+    """delta_min of --divergence greedy: a share of changed greedy actions at or below this gives L_max (paper)"""
+    greedy_high: float = 0.95
+    """delta_max of --divergence greedy: a share at or above this gives L_min (the paper's PQN bound)"""
     ref_batch_size: int = 2048
     """M: rollout states on which the divergences are measured (all of them when the rollout has fewer)"""
     schedule: Literal["log", "linear"] = "log"
