@@ -67,6 +67,8 @@ def configs(quick: bool) -> dict:
                 ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py", f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
         "ppo": [("PPO fixed L=2048", "abs_ppo_mujoco.py", f"{ppo} --no-adapt --num-steps 2048"),
                 ("PPO + ABS", "abs_ppo_mujoco.py", ppo)],
+        "ppo-atari": [("PPO Atari + ABS, L in [64, 256]", "abs_ppo_atari.py",
+                       f"--env-id Breakout-v5 --total-timesteps {8192 if quick else 200_000}")],
         "btr": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
                 ("BTR + ABS", "abs_btr.py", btr)],
         "pqn-speed": [("PQN + ABS (L pinned at 32), float32 eager", "abs_pqn_atari.py", pinned),
