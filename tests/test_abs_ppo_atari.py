@@ -131,6 +131,23 @@ def test_policy_divergences_of_real_agents_against_numpy():
     assert ppo.policy_divergences(old, copy.deepcopy(old), states) == (0.0, 0.0)
 
 
+def test_the_initial_policys_mode_is_one_action_in_every_state():
+    """Why the greedy-action change is all or nothing early (docs/ppo-atari.md): CleanRL's initial policy is nearly
+    uniform and its mode is the same action on every state of a real Breakout rollout, so it flips everywhere or
+    nowhere."""
+    envs = ppo.make_envs("Breakout-v5", 8, 1, train=True, num_threads=1)
+    rng = np.random.default_rng(0)
+    frames = [envs.reset()[0]] + [envs.step(rng.integers(0, 4, 8))[0] for _ in range(31)]
+    envs.close()
+    states = torch.from_numpy(np.concatenate(frames))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        logits = ppo.Agent(4).logits(states)
+    probs = torch.softmax(logits, dim=1)
+    assert len(states) == 256 and len(set(logits.argmax(dim=1).tolist())) == 1
+    assert 0.25 < probs.max(dim=1).values.min() and probs.max(dim=1).values.max() < 0.251
+
+
 # ---------------------------------------------------------------- PPO pieces
 def cleanrl_layout_agent(num_actions):
     """CleanRL's ppo_atari_envpool.py agent written out: conv 32-64-64, dense 512, then the actor (std 0.01) and
