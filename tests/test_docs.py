@@ -131,7 +131,8 @@ def test_checker_finds_a_broken_link(tmp_path):
 
 
 # ---------------------------------------------------------------- tables that restate the code stay equal to it
-SCRIPTS = {"PQN": "abs_pqn_atari.py", "GNS": "gns_pqn_atari.py", "PPO": "abs_ppo_mujoco.py", "BTR": "abs_btr.py"}
+SCRIPTS = {"PQN": "abs_pqn_atari.py", "GNS": "gns_pqn_atari.py", "PPO": "abs_ppo_mujoco.py", "BTR": "abs_btr.py",
+           "PPO-Atari": "abs_ppo_atari.py"}
 PAGES_OF = {"PQN": "pqn.md", "GNS": "gns.md", "PPO": "ppo.md", "BTR": "btr.md"}
 TAG = re.compile(r"^(?:charts|losses|adapt|perf|eval)/[A-Za-z_*]+$")
 
@@ -189,7 +190,7 @@ def test_conventions_tag_table_is_every_tag_each_script_writes():
                                      f"in CONVENTIONS.md but not written {sorted(table[name] - code)}")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", PAGES_OF)
 def test_each_script_page_lists_the_tags_it_writes(name):
     """A page's tag section names no tag the script does not write, and covers every tag it writes, by name or by a
     wildcard (`perf/*`)."""
@@ -237,7 +238,7 @@ OTHER_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", PAGES_OF)
 def test_flag_values_quoted_in_a_script_page_are_its_defaults(name):
     page, defaults, quoted = PAGES_OF[name], args_defaults(SCRIPTS[name]), 0
     for span in re.findall(r"`(--[a-z][a-z-]* [^`\s]+)`", (ROOT / "docs" / page).read_text(encoding="utf-8")):
