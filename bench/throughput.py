@@ -16,7 +16,8 @@ groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each
 With --budget the whole benchmark keeps to a number of seconds: each run gets its shares (a --compile
 run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
 with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
-its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 60 s later).
+its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 60 s after
+the SIGTERM, or after the share if the loop has not started by then).
 A run stopped so gives the next round's run of that variant 85% of the steps it reached, so later rounds
 end normally within their share. A run that would start with less than half its share left is skipped.
 An environment-only row (random actions through the same envpool setup) is the ceiling.
@@ -139,17 +140,19 @@ def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit
     t0 = time.time()
     log = open(out / "log.txt", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    stopped = False
+    stopped, term_at = False, None
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG if time_limit else 0)
         if pid:
             break
         elapsed = time.time() - t0
         # SIGTERM only once the training loop runs (its first progress line): the scripts' handler is set by then.
-        if not stopped and elapsed > time_limit and "step " in (out / "log.txt").read_text():
+        if term_at is None and elapsed > time_limit and "step " in (out / "log.txt").read_text():
             proc.send_signal(signal.SIGTERM)
-            stopped = True
-        elif elapsed > time_limit + kill_after:
+            stopped, term_at = True, elapsed
+        # SIGKILL kill_after seconds after the SIGTERM (the iteration under way, a compilation too, may end), or
+        # after the limit if the loop never started
+        elif elapsed > (term_at if term_at is not None else time_limit) + kill_after:
             proc.kill()
             stopped = True
         time.sleep(0.2)
