@@ -2,7 +2,8 @@
 imports (the test files, bench/throughput.py, bench/gpu/summary.py, the scripts they start and what those import in
 turn, imports inside functions included) is in the standard library, in this repository, on the GPU machine
 (bench/gpu/gpu-machine.txt) or in the wheelhouse (bench/gpu/wheels.txt), so that a new import cannot break the call
-unseen; and its tables tell a row the time budget skipped from one that failed. Reads files only, in about a second."""
+unseen; its tables tell a row the time budget skipped from one that failed, and a run stopped at the end of its
+share may end the iteration under way. Reads files, and runs one 6-second stand-in process."""
 import ast
 import importlib.metadata
 import re
@@ -50,7 +51,8 @@ def files_the_call_runs() -> list[Path]:
     conftests = [ROOT / "conftest.py", ROOT / "tests" / "conftest.py"]
     groups = re.search(r"--groups ((?:[a-z][\w-]* )+)", text).group(1).split()
     assert groups and set(groups) <= set(throughput.GROUPS), groups
-    benched = [ROOT / script for quick in (True, False) for g in groups for _, script, _ in throughput.configs(quick)[g]]
+    benched = [ROOT / script for quick in (True, False) for g in groups
+               for _, script, _ in throughput.configs(quick)[g]]
     started = [ROOT / node.value for t in tests for node in ast.walk(ast.parse(t.read_text()))
                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".py")
                and (ROOT / node.value).is_file()]
@@ -134,7 +136,8 @@ def test_the_wheelhouse_pins_one_version_each_within_requirements_txt():
     assert {"envpool", "tyro", "ale-py"} <= set(pins)
     on_machine = {norm(n) for n in listed(GPU / "gpu-machine.txt")}
     assert not set(pins) & on_machine  # the machine's own version stays (torch: its CUDA build)
-    required = [Requirement(line.split("#")[0]) for line in listed(ROOT / "requirements.txt") if not line.startswith("-")]
+    required = [Requirement(line.split("#")[0]) for line in listed(ROOT / "requirements.txt")
+                if not line.startswith("-")]
     for req in required:
         if norm(req.name) in pins:
             assert req.specifier.contains(pins[norm(req.name)]), (req, pins[norm(req.name)])
@@ -145,7 +148,8 @@ def test_a_row_the_budget_skipped_reads_skipped_not_failed():
     ok = {"name": "fine", "command": "a", "returncode": 0, "sps": 5.0, "steady_sps": 5.0, "peak_rss_mb": 1.0}
     skipped = {"name": "late", "command": "b", "returncode": None, "peak_rss_mb": 0.0,
                "error": "skipped: the budget was spent"}
-    crashed = {"name": "broken", "command": "c", "returncode": 1, "peak_rss_mb": 1.0, "error": "Traceback\nValueError: x"}
+    crashed = {"name": "broken", "command": "c", "returncode": 1, "peak_rss_mb": 1.0,
+               "error": "Traceback\nValueError: x"}
     # a variant that crashed in one round and was skipped in the next failed
     rows = throughput.summarize([[ok], [skipped, skipped], [crashed, skipped]])
     results = {"mode": "quick", "machine": "m", "date": "d", "rounds": 2, "budget_seconds": 100.0,
@@ -156,3 +160,17 @@ def test_a_row_the_budget_skipped_reads_skipped_not_failed():
     assert any(line.startswith("| broken | failed |") for line in lines), lines
     assert summary.key_numbers(results)[2:] == ["- late: **skipped** (the budget was spent)",
                                                 "- broken: **no result** (ValueError: x)"]
+
+
+def test_a_run_stopped_at_its_share_may_end_the_iteration_under_way(tmp_path):
+    """SIGKILL comes kill_after seconds after the SIGTERM, not after the share: a run whose loop starts late (a slow
+    start-up or compilation) and that then needs a while to finish its iteration exits 143 by itself."""
+    script = tmp_path / "slow.py"
+    script.write_text("import signal, sys, time\n"
+                      "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(2.5), sys.exit(143)))\n"
+                      "time.sleep(3)\nprint('step 1', flush=True)\ntime.sleep(60)\n")
+    (tmp_path / "bench").mkdir()
+    row = throughput.run_variant(str(script), [], tmp_path, "", time_limit=1, kill_after=4)
+    # SIGTERM at about 3 s, exit at about 5.5 s: past the share plus kill_after (5 s), inside SIGTERM plus kill_after
+    assert row["stopped"] and row["returncode"] == 143 and 5 < row["wall_seconds"] < 7 + 5
+    assert row["error"] == "step 1\n"  # no SPS events: no result, and the log's tail says why
