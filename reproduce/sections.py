@@ -90,7 +90,16 @@ def data_section(f: Frame, notes, roots) -> list[str]:
     md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
     md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
            for lb, d in data.items() if any(g not in d for g in games)]
-    return md + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+    return md + protocol_lines(f) + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+
+
+def protocol_lines(f: Frame) -> list[str]:
+    """Which Atari evaluation protocol (--eval-protocol) each label's runs used, for labels whose runs record one."""
+    used = {lb: sorted({r.args.get("eval_protocol") for d in by_game.values() for r in d.values()} - {None})
+            for lb, by_game in f.data.items()}
+    return [f"- Evaluation of {lb}: `--eval-protocol {', '.join(p)}`"
+            + (" (the first games to end count, which favours short games)" if "first-finished" in p else "")
+            for lb, p in used.items() if p]
 
 
 def damaged_section(f: Frame) -> list[str]:

@@ -995,3 +995,23 @@ def test_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"report.py: --out {tmp_path / 'new' / 'out'}: cannot write the "
                                                    "report (OSError: No space left on device")
+
+
+def test_data_section_says_which_evaluation_protocol_each_label_used(tmp_path):
+    """--eval-protocol (PQN, GNS) is recorded in each run's args; the Data section names it per label, and says
+    nothing for runs that predate it (MuJoCo, older runs)."""
+    for label, protocol in (("ABS", "quota"), ("Authors", "first-finished"), ("Old", None)):
+        for seed in (1, 2):
+            write_run(tmp_path / label / str(seed), "Amidar-v5", seed, 100.0 + seed)
+            path = tmp_path / label / str(seed) / "eval_results.json"
+            res = json.loads(path.read_text())
+            if protocol is not None:
+                res["args"]["eval_protocol"] = protocol
+            path.write_text(json.dumps(res))
+    assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in ("ABS", "Authors", "Old")), "--out",
+                        str(tmp_path / "o"), "--reps", "20"]) == 0
+    data = section((tmp_path / "o" / "report.md").read_text(), "Data")
+    assert "- Evaluation of ABS: `--eval-protocol quota`\n" in data
+    assert ("- Evaluation of Authors: `--eval-protocol first-finished` (the first games to end count, which favours "
+            "short games)") in data
+    assert "Evaluation of Old" not in data
