@@ -820,7 +820,7 @@ if __name__ == "__main__":
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "replay", "update", "adapt"), unit="step")
     device = run.device
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True, num_threads=args.env_threads)
+    envs = make_envs(args.env_id, args.num_envs, run.env_seed, train=True, num_threads=args.env_threads)
     q_network = BTRNetwork(envs.action_space.n, args).to(device).eval()  # train mode only inside btr_update
     target_network = copy.deepcopy(q_network).requires_grad_(False)
     snapshot = copy.deepcopy(q_network).requires_grad_(False)  # theta: the weights before the measured span
@@ -845,8 +845,8 @@ if __name__ == "__main__":
             note = f"replay buffer restored ({replay.num_transitions} transitions)"
         else:
             note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"
-        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset); "
-              f"{note}")
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "
+              f"seeded with {run.env_seed}); {note}")
     run.begin(global_step)
     run.log(global_step, {"perf/storage_bytes": replay.nbytes})
     print(f"run {run.dir} on {device}; replay {replay.nbytes / 2**30:.2f} GiB for {replay.T * E} transitions "

@@ -444,7 +444,7 @@ if __name__ == "__main__":
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "inference", "update", "adapt"))
     device = run.device
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed, train=True, num_threads=args.env_threads)
+    envs = make_envs(args.env_id, args.num_envs, run.env_seed, train=True, num_threads=args.env_threads)
     agent = Agent(envs.action_space.n).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     snapshot = copy.deepcopy(agent)  # theta: the weights before the measured iteration
@@ -464,7 +464,8 @@ if __name__ == "__main__":
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
-        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset)")
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "
+              f"seeded with {run.env_seed})")
     run.begin(global_step)
     run.log(global_step, {"perf/storage_bytes": rollout.nbytes})
     print(f"run {run.dir} on {device}; rollout storage {rollout.nbytes / 2**20:.1f} MiB at L_max={L_max}")

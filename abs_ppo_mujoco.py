@@ -556,8 +556,9 @@ if __name__ == "__main__":
         set_normalization_state(envs, checkpoint["normalization"])
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
         L_moved = checkpoint.get("L_moved", False)  # (absent before --base-epochs-in-burn-in existed: it was off)
-        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset; "
-              f"observation statistics from {checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
+        print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "
+              f"seeded with {run.env_seed}; observation statistics from "
+              f"{checkpoint['normalization']['obs_rms']['count']:.0f} observations)")
     run.begin(global_step)
     run.log(global_step, {"perf/storage_bytes": storage_bytes})
     print(f"run {run.dir} on {device}; rollout storage {storage_bytes / 2**20:.1f} MiB at L_max={L_max}")
@@ -567,8 +568,8 @@ if __name__ == "__main__":
                 "normalization": normalization_state(envs), "global_step": global_step, "iteration": iteration,
                 "L_moved": L_moved}
 
-    # A resumed run reseeds with the step count so that it does not replay the first run's episodes.
-    next_obs = torch.as_tensor(envs.reset(seed=args.seed + global_step)[0], dtype=torch.float32, device=device)
+    # seed + global_step on a resume (abs_utils.env_seed): the first run's episodes are not replayed
+    next_obs = torch.as_tensor(envs.reset(seed=run.env_seed)[0], dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=20)
     measuring = args.adapt or args.track_divergence
     while global_step < run.stop_step:  # --total-timesteps, or --stop-at-step

@@ -97,7 +97,7 @@ def common_problems(args) -> Iterator[tuple[bool, str]]:
            f"--run-name must be a single path component (no '/', not '.' or '..'), got {name!r}")
     yield (not args.track or sys.modules.get("wandb", 0) is not None and importlib.util.find_spec("wandb") is not None,
            "--track needs the wandb package, which cannot be imported (pip install wandb)")
-    stop = args.stop_at_step
+    stop = getattr(args, "stop_at_step", None)  # (a script without the flag runs to --total-timesteps)
     yield (stop is None or 1 <= stop <= args.total_timesteps, f"--stop-at-step must be in [1, --total-timesteps "
            f"({args.total_timesteps})] (or not given: run to the end), got {stop!r}")
     for name in ("torch_threads", "env_threads"):  # 0: the library's default
@@ -240,8 +240,9 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
         if checkpoint is not None and args.total_timesteps < checkpoint["global_step"]:
             raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
                              f"({checkpoint['global_step']}): give at least that many to --resume")
-        if checkpoint is not None and args.stop_at_step is not None and args.stop_at_step <= checkpoint["global_step"]:
-            raise ValueError(f"--stop-at-step ({args.stop_at_step}) must be above the checkpoint's global_step "
+        stop = getattr(args, "stop_at_step", None)
+        if checkpoint is not None and stop is not None and stop <= checkpoint["global_step"]:
+            raise ValueError(f"--stop-at-step ({stop}) must be above the checkpoint's global_step "
                              f"({checkpoint['global_step']}): the run has reached it already")
         if checkpoint is None:
             flag = "--run-name" if args.run_name else "--exp-name"
@@ -320,6 +321,13 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
     return returns, lengths, capped
 
 
+def env_seed(seed: int, global_step: int) -> int:
+    """The training environments' seed: --seed for a new run, seed + global_step for one resumed at global_step, so
+    that its environments, which restart from a reset, do not replay the first run's episodes (mod 2^31: envpool
+    takes int32 seeds)."""
+    return (seed + global_step) % 2**31
+
+
 # ================================================================ the run and its records
 class NonFiniteLoss(RuntimeError):
     """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
@@ -359,8 +367,9 @@ class Run:
         self.perf, self.train_seconds, self.stop_signal = dict.fromkeys(phases, 0.0), 0.0, []  # carried across resumes
         # Training stops at --stop-at-step when given: a prefix of the --total-timesteps protocol, whose schedules
         # (epsilon, learning rate, PER beta, ...) the loop still computes from --total-timesteps.
-        stop = args.stop_at_step
+        stop = getattr(args, "stop_at_step", None)
         self.stop_step = args.total_timesteps if stop is None else min(stop, args.total_timesteps)
+        self.env_seed = env_seed(args.seed, 0 if checkpoint is None else checkpoint["global_step"])
 
     def begin(self, global_step: int) -> None:
         """Restore a resumed run's RNGs and timings, open the event file (dropping the events logged after the

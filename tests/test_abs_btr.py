@@ -538,6 +538,8 @@ FLOATS = sorted(f.name for f in dataclasses.fields(abs_btr.Args) if f.type is fl
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
     (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
+    (["--torch-threads", "-1"], "--torch-threads"), (["--torch-threads", "2000"], "--torch-threads"),
+    (["--env-threads", "-1"], "--env-threads"), (["--env-threads", "2000"], "--env-threads"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--scalar-every", "0"], "--scalar-every"),
     (["--total-timesteps", "0"], "--total-timesteps"), (["--learning-rate", "-1"], "--learning-rate"),

@@ -528,6 +528,12 @@ def test_eta_of_a_huge_run_does_not_overflow(tmp_path, capsys):
     assert progress_line(tmp_path, capsys, 0, 3 * 3600 + 61, 1, "x", []).endswith("| ETA 3:01:01")
 
 
+def test_env_seed_is_the_seed_for_a_new_run_and_moves_with_the_step_on_a_resume():
+    assert U.env_seed(7, 0) == 7 and U.env_seed(7, 1_000_000) == 1_000_007
+    assert U.env_seed(2**31 - 10_001, 20_000_000) == (2**31 - 10_001 + 20_000_000) - 2**31  # envpool's int32
+    assert all(0 <= U.env_seed(s, g) < 2**31 for s in (0, 2**31 - 10_001) for g in (0, 1, 2**40))
+
+
 # ---------------------------------------------------------------- the Atari evaluation loop's two protocols
 class GamesOfFixedLength:
     """envpool's Atari interface on envs whose games last `lengths[i]` steps each and score i + 1 (no lives lost)."""

@@ -582,6 +582,8 @@ FLOATS = sorted(f.name for f in dataclasses.fields(gns.Args) if f.type is float)
 # (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
 BAD_INPUTS = [
     (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
+    (["--torch-threads", "-1"], "--torch-threads"), (["--torch-threads", "2000"], "--torch-threads"),
+    (["--env-threads", "-1"], "--env-threads"), (["--env-threads", "2000"], "--env-threads"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),

@@ -1,7 +1,8 @@
-"""--stop-at-step in all four scripts: a prefix of a longer protocol. A run stopped at step S and resumed (with
+"""--stop-at-step in every script: a prefix of a longer protocol. A run stopped at step S and resumed (with
 --resume alone) follows, step by step, the schedules (epsilon, the annealed learning rate, PER's beta) of a run that
 never stopped, because every schedule is computed from --total-timesteps; the prefix's result is kept beside the
-final one. Real tiny runs on real environments; fixed batches, so that both runs log at the same steps."""
+final one, and the resumed environments are seeded with seed + S (abs_utils.env_seed). Real tiny runs on real
+environments; fixed batches, so that both runs log at the same steps."""
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ CASES = {  # script -> (flags, total, stop): schedules that move over the whole 
                           "--num-steps", "4", "--anneal-lr", "--exploration-fraction", "1.0", *ATARI_EVAL], 640, 320),
     "gns_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
                           "--num-steps", "4", "--anneal-lr", "--exploration-fraction", "1.0", *ATARI_EVAL], 640, 320),
+    "abs_ppo_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
+                          "--num-steps", "16", "--update-epochs", "1", *ATARI_EVAL], 640, 320),
     "abs_ppo_mujoco.py": (["--env-id", "Hopper-v4", "--num-envs", "1", "--num-minibatches", "2", "--no-adapt",
                            "--num-steps", "64", "--update-epochs", "1"], 640, 320),
     "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "200",
@@ -55,6 +58,8 @@ def test_stopped_and_resumed_run_follows_the_schedules_of_an_unstopped_one(scrip
     assert prefix["eval"]["episodes"] == 1  # the prefix is evaluated at its stop
 
     p = run(script, ["--resume", str(tmp_path / "prefix" / "checkpoint.pt")], tmp_path)  # no stop: to the end
+    # One rule in every script: the environments restart from a reset seeded with seed + global_step.
+    assert f"seeded with {1 + prefix['global_step']}" in p.stdout
     final = json.loads((tmp_path / "prefix" / "eval_results.json").read_text())
     assert final["global_step"] >= total and final["complete"] is True and final["args"]["stop_at_step"] is None
     kept = tmp_path / "prefix" / f"eval_results_at_{prefix['global_step']}.json"
