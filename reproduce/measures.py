@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, human_normalized_score,
+from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, human_normalized_score,
                    improvement_rate, late_variance, robust_improvement)
 
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the names of stats.aggregate's values, in its order
@@ -49,19 +49,40 @@ def final_training_return(run: Run, last: int) -> float:
 
 
 def run_curve(run: Run):
-    """(steps, returns, total steps) of the run's training games, or None without any."""
+    """(steps, returns, window length) of the run's training games, or None without any. The window length is the
+    run's Run.window_steps: for a prefix run, its protocol's --total-timesteps."""
     if RETURN_TAG not in run.scalars:
         return None
     steps, values = run.scalars[RETURN_TAG]
-    return steps, values, run.total_steps or (steps.max() if len(steps) else 0)
+    return steps, values, run.window_steps or (steps.max() if len(steps) else 0)
+
+
+def reaches(run: Run, metric: str) -> bool:
+    """Whether the run trained through the window of an early_late metric ("early", "late", "whole"): a prefix run
+    reaches the early window when it stopped at or past 10% of its protocol, never the late window or the whole run."""
+    return run.complete or (metric == "early" and run.total_steps >= EARLY * run.total_timesteps)
 
 
 def early_late(data, games) -> tuple[dict, dict, dict]:
     """(game, label) -> {seed: value} for the first-10% mean return, the last-10% return variance and the whole
-    run's curve area (curve_area), over the runs whose curve has points in that window."""
-    def of(stat):
-        return lambda r: stat(*run_curve(r)) if run_curve(r) is not None else float("nan")
-    return tuple(per_seed(data, games, of(f)) for f in (early_mean, late_variance, curve_area))
+    run's curve area (curve_area), over the runs whose curve has points in that window and that trained through it
+    (reaches; not_reached names the others)."""
+    def of(stat, metric):
+        return lambda r: stat(*run_curve(r)) if run_curve(r) is not None and reaches(r, metric) else float("nan")
+    return tuple(per_seed(data, games, of(f, m)) for f, m in zip((early_mean, late_variance, curve_area), METRICS))
+
+
+METRICS = ("early", "late", "whole")  # early_late's metrics, in its order
+
+
+def not_reached(data, games) -> dict:
+    """metric -> {(game, label): [seeds]} of the prefix runs that stopped before the metric's window (reaches)."""
+    out = {m: {} for m in METRICS}
+    for r in runs_of(data, games):
+        for m in METRICS:
+            if not reaches(r, m):
+                out[m].setdefault((r.game, r.label), []).append(r.seed)
+    return out
 
 
 def size_tag(run: Run) -> str | None:
@@ -94,7 +115,7 @@ def burn_in(data, games) -> tuple[dict, list[str]]:
                 steps, values = r.scalars[tag]
                 order = np.argsort(steps, kind="stable")
                 steps, values = steps[order], values[order]
-                end, share = burn_in_share(steps, window, r.total_steps or steps.max())
+                end, share = burn_in_share(steps, window, r.window_steps or steps.max())
                 if len(set(values[:window - 1].tolist())) > 1:
                     notes.append(f"{lb}: {game} seed {seed}: {tag} moved before its W-th measurement (W = {window}), "
                                  "not a burn-in at one L")

@@ -32,7 +32,7 @@ import runs  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, burn_in, early_late, final_training_return, improvement_rates,  # noqa: E402
-                      normalized, per_seed)
+                      normalized, not_reached, per_seed)
 from runs import BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, reference_pairs  # noqa: E402
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
                       improvement_section, left_out_line, metric_section, per_game_iqm_section)
@@ -66,18 +66,19 @@ def write_report(data, games, notes, args, table) -> Path:
           "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
           "and an exact permutation p. *n* = runs a number rests on.", ""]
     md += data_section(f, notes, args.runs)
-    md += aggregate_section(agg, agg_notes, games, table)
-    md += metric_section(f, Metric("Per-game evaluation return", "Each run's mean evaluation return (raw game score)",
+    md += aggregate_section(agg, agg_notes, games, table, f.at)
+    md += metric_section(f, Metric(f"Per-game evaluation return{f.at}",
+                                   "Each run's mean evaluation return (raw game score)",
                                    per_seed(data, games, lambda r: r.score)))
     md += per_game_iqm_section(f, per_seed(data, games, lambda r: normalized(r, table)),
                                atari=any(g in table for g in games))
     md += metric_section(f, Metric(
-        "Final training return", f"Each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, the training "
-        "metric of CleanRL's published results, read by openrlbenchmark, whose spread is the population std over "
-        "seeds, also given)", per_seed(data, games, lambda r: final_training_return(r, args.last_games)), std=True,
+        f"Final training return{f.at}", f"Each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, the "
+        "training metric of CleanRL's published results, read by openrlbenchmark, whose spread is the population std "
+        "over seeds, also given)", per_seed(data, games, lambda r: final_training_return(r, args.last_games)), std=True,
         left_out=left_out_line(f)))
-    md += early_late_section(f, *early_late(data, games), *burn_in(data, games))
-    md += improvement_section(rates, games, ref, skipped)
+    md += early_late_section(f, *early_late(data, games), *burn_in(data, games), not_reached(data, games))
+    md += improvement_section(rates, games, ref, skipped, f.at)
     md += figures_section(data, games, agg, rates, out, args.bins)
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"

@@ -74,6 +74,20 @@ class Run:
     args: dict = field(default_factory=dict)  # the flags it ran with (eval_results.json "args")
     event_problems: list = field(default_factory=list)  # damaged or incomplete events: training curves left out
     event_notes: list = field(default_factory=list)  # damage that costs nothing (a resumed writer replaced it)
+    complete: bool = True  # False: a prefix run, stopped (--stop-at-step) before its --total-timesteps
+
+    @property
+    def window_steps(self) -> int:
+        """The length whose first and last 10% are the early and late windows: the protocol (--total-timesteps) of
+        a prefix run, whose early window is then the protocol's; the steps trained by a complete run."""
+        return self.total_steps if self.complete else self.total_timesteps
+
+    @property
+    def stop_step(self) -> int:
+        """The step a prefix run was asked to stop at (--stop-at-step; it ends with the iteration that crosses it),
+        else the steps it trained."""
+        stop = self.args.get("stop_at_step")
+        return stop if not self.complete and is_int(stop) else self.total_steps
 
 
 def divergence_tags(args: dict) -> tuple[str, ...]:
@@ -149,8 +163,14 @@ def parse_results(r) -> dict:
     global_step, planned, arg_total = (_steps(r, "global_step", ""), _steps(r, "total_timesteps", ""),
                                        _steps(args, "total_timesteps", "args."))
     total = global_step or planned or arg_total or 0
-    return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned or arg_total or total,
-            "args": args}
+    planned = planned or arg_total or total
+    complete = r.get("complete")  # written since --stop-at-step; before it every run trained to its end
+    if complete is not None and not isinstance(complete, bool):
+        raise Malformed(f"complete is {_kind(complete)}, not a boolean")
+    if "stop_at_step" in args and not (args["stop_at_step"] is None or is_int(args["stop_at_step"])):
+        raise Malformed(f"args.stop_at_step is {_kind(args['stop_at_step'])}, not an integer or null")
+    return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned, "args": args,
+            "complete": total >= planned if complete is None else complete}
 
 
 def read_run(label: str, run_dir: Path) -> Run:
@@ -162,7 +182,7 @@ def read_run(label: str, run_dir: Path) -> Run:
         raise Malformed(f"invalid JSON ({e})") from e
     f = parse_results(r)
     return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
-               divergence_tags=divergence_tags(f["args"]), args=f["args"])
+               divergence_tags=divergence_tags(f["args"]), args=f["args"], complete=f["complete"])
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
@@ -231,4 +251,20 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
                                    "only the runs of length N, or --allow-mixed-timesteps to pool them")
             notes.append(f"{label}: pools runs of different lengths (total_timesteps "
                          f"{', '.join(f'{n:,}' for n in lengths)}; --allow-mixed-timesteps)")
+        # A prefix run's final numbers are at its stop: pooled with runs that went on, they would mean neither.
+        stops = sorted({reached(r) for g in by_game.values() for r in g.values()})
+        if len(stops) > 1:
+            if not allow_mixed:
+                raise MixedLengths(f"label {label} has runs that stopped at different steps ({'; '.join(stops)}); "
+                                   "report each stop under its own label, or pass --allow-mixed-timesteps to pool "
+                                   "them")
+            notes.append(f"{label}: pools runs that stopped at different steps ({'; '.join(stops)}; "
+                         "--allow-mixed-timesteps)")
     return data, games, notes
+
+
+def reached(run: Run) -> str:
+    """Where a run's final numbers are: "2,000,000 of 20,000,000 steps" for a prefix run (its --stop-at-step),
+    "the end of 20,000,000 steps" for a complete one."""
+    return f"{run.stop_step:,} of {run.total_timesteps:,} steps" if not run.complete else \
+        f"the end of {run.total_timesteps:,} steps"

@@ -11,7 +11,7 @@ from math import comb
 import numpy as np
 
 from measures import AGGREGATES, runs_of
-from runs import RETURN_TAG
+from runs import RETURN_TAG, reached
 from stats import (IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
                    t_interval, welch_interval)
 
@@ -33,6 +33,17 @@ class Frame:
         """The games every label ran."""
         return [g for g in self.games if all(g in d for d in self.data.values())]
 
+    @property
+    def at(self) -> str:
+        """" at 2,000,000 of 20,000,000 steps" when the runs are prefixes (--stop-at-step) that stopped at one step
+        of one protocol, " at each run's stop (see Data)" when they stopped at several, "" when every run is complete:
+        the heading suffix of every number read at a run's end."""
+        runs = runs_of(self.data, self.games)
+        if all(r.complete for r in runs):
+            return ""
+        stops = {reached(r) for r in runs}
+        return f" at {stops.pop()}" if len(stops) == 1 else " at each run's stop (see Data)"
+
 
 @dataclass
 class Metric:
@@ -45,6 +56,7 @@ class Metric:
     std: bool = False  # a population-std column (the spread CleanRL's published results give)
     left_out: list = field(default_factory=list)  # lines naming the runs left out of it
     sub: bool = False  # a subsection of "Early / late training" (its heading level and wording)
+    not_reached: dict = field(default_factory=dict)  # (game, label) -> seeds of prefix runs that stopped before it
 
 
 # ----------------------------------------------------------------------------- formats
@@ -90,7 +102,28 @@ def data_section(f: Frame, notes, roots) -> list[str]:
     md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
     md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
            for lb, d in data.items() if any(g not in d for g in games)]
-    return md + protocol_lines(f) + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+    return md + prefix_lines(f) + protocol_lines(f) + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+
+
+def prefix_stops(f: Frame) -> str:
+    """The stops of the prefix runs: "2,000,000 of 20,000,000 steps", several joined by "; "."""
+    return "; ".join(sorted({reached(r) for r in runs_of(f.data, f.games) if not r.complete}))
+
+
+def prefix_lines(f: Frame) -> list[str]:
+    """What a report of prefix runs (--stop-at-step) means: where its final numbers are, and its windows."""
+    runs = runs_of(f.data, f.games)
+    prefix = [r for r in runs if not r.complete]
+    if not prefix:
+        return []
+    labels = [lb for lb in f.labels if any(r.label == lb for r in prefix)]
+    ends = f"{min(r.total_steps for r in prefix):,}" + (f" to {max(r.total_steps for r in prefix):,}"
+                                                       if len({r.total_steps for r in prefix}) > 1 else "")
+    return [f"- Prefix runs ({', '.join(labels)}): stopped at {prefix_stops(f)} (`--stop-at-step`; each ends with "
+            f"the iteration that crosses its stop, here at {ends} steps). Every evaluation and final number below "
+            "is at that stop, not at the protocol's end. Their early window is the first 10% of the protocol "
+            "(`--total-timesteps`), reached when they stopped at or past it; the late variance and the whole-run "
+            "return are not reached."]
 
 
 def protocol_lines(f: Frame) -> list[str]:
@@ -130,8 +163,8 @@ def left_out_line(f: Frame) -> list[str]:
             + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in runs) + ".", ""]
 
 
-def aggregate_section(agg, agg_notes, games, table) -> list[str]:
-    md = ["## Aggregate human-normalised score", ""]
+def aggregate_section(agg, agg_notes, games, table, at="") -> list[str]:
+    md = [f"## Aggregate human-normalised score{at}", ""]
     if not agg:
         return md + ["No Atari games: raw returns of different environments share no scale, so no aggregate is "
                      "computed; see the per-game table.", ""]
@@ -170,16 +203,18 @@ def t_text(vals: dict) -> str:
     return f"[{fmt(lo)}, {fmt(hi)}]"
 
 
-def seed_table(f: Frame, values, best, std=False, iqm_column=False) -> str:
+def seed_table(f: Frame, values, best, std=False, iqm_column=False, not_reached=None) -> str:
     """One row per game and label: per-seed values, mean (bold: best), Student-t 95% CI, n; optionally the
     population std over seeds and the IQM over seeds (= mean where it trims nothing). A label without values on a
-    game has "no data" when it ran the game, else "missing"."""
+    game has "not reached" when its runs stopped before the metric's window (not_reached), "no data" when it ran
+    the game, else "missing"."""
     rows = []
     for g in f.games:
         for lb in f.labels:
             vals = values.get((g, lb))
             if vals is None:
-                missing = "no data" if g in f.data[lb] else "missing"
+                missing = ("not reached" if (g, lb) in (not_reached or {}) else "no data") if g in f.data[lb] \
+                    else "missing"
                 rows.append([g, lb, missing, "–", "–", *(["–"] if std else []), *(["–"] if iqm_column else []),
                              "0"])
                 continue
@@ -236,6 +271,9 @@ def differences(f: Frame, values) -> list[str]:
 def metric_section(f: Frame, m: Metric) -> list[str]:
     """A per-seed metric's section: its per-game table of per-seed values, the best-of-all and pairwise counts of
     the means, and the differences of each compared pair."""
+    if m.not_reached and not m.values:  # every run stopped before the metric's window
+        return [f"{'###' if m.sub else '##'} {m.title}", "", f"Not reached: every run stopped at {prefix_stops(f)} "
+                "(`--stop-at-step`), before this metric's window.", ""]
     means = {k: float(np.mean(list(v.values()))) for k, v in m.values.items()}
     best = best_by(means, f.games, f.labels, m.pick)
     if m.sub:  # in "Early / late training": counted over the games every label has values for
@@ -245,7 +283,8 @@ def metric_section(f: Frame, m: Metric) -> list[str]:
         heading, bold, both = "##", "lowest" if m.pick is min else "best", "ran"
         count, complete = "best" if m.word == "higher" else m.word, f.complete
     return [f"{heading} {m.title}", "", f"{m.what}: {PER_SEED_HOW}; {bold} mean in bold.", "", *m.left_out,
-            seed_table(f, m.values, best, m.std), "", best_count_line(best, f.labels, complete, count), "",
+            seed_table(f, m.values, best, m.std, not_reached=m.not_reached), "",
+            best_count_line(best, f.labels, complete, count), "",
             f"Pairwise counts of the means (games both labels {both}; a tie is no win), with no regard to the seed "
             "spread (see the differences below):",
             *pairwise_lines(f, means, m.word, m.pick), "", *differences(f, m.values)]
@@ -255,7 +294,7 @@ def per_game_iqm_section(f: Frame, values, atari: bool) -> list[str]:
     """The paper's per-game table, the IQM over seeds (of HNS on Atari, of the raw return elsewhere). The IQM of
     fewer than 4 values trims nothing: where every cell has n <= 3 it is the mean, so outside Atari (where it would
     repeat the evaluation table) the table is left out, and on Atari it is shown as the mean HNS."""
-    title = "Per-game human-normalised score" if atari else "Per-game IQM of evaluation return"
+    title = ("Per-game human-normalised score" if atari else "Per-game IQM of evaluation return") + f.at
     small = all(len(v) < IQM_TRIMS_FROM for v in values.values())
     trims = (f"The IQM (the 25% trimmed mean) of n values drops int(n / 4) from each end: with n <= "
              f"{IQM_TRIMS_FROM - 1} it drops nothing and equals the mean.")
@@ -321,26 +360,33 @@ def burn_in_lines(f: Frame, burn) -> list[str]:
     return md + [""]
 
 
-def early_late_section(f: Frame, early, late, area, burn, burn_notes) -> list[str]:
+def early_late_section(f: Frame, early, late, area, burn, burn_notes, unreached=None) -> list[str]:
     md = ["## Early / late training", "",
           f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
           "late = the variance of its episodic return over the last 10% (population variance, at least two games "
           "there); whole run = the area under its learning curve per step, the mean over the ten tenths of its "
           "steps of its mean episodic return in each tenth (sample efficiency: every phase of training weighs the "
           "same). n = the runs with games in that window.", "", *left_out_line(f)]
-    for metric in (Metric("Early return", "Each run's early return", early, "higher early", sub=True),
-                   Metric("Late variance", "Each run's late variance", late, "lower late variance", min, sub=True),
+    unreached = unreached or {}
+    if any(unreached.values()):
+        md += [f"Prefix runs (stopped at {prefix_stops(f)}): the early window is the first 10% of the protocol's "
+               "steps (`--total-timesteps`), not of the steps they trained; a window a run stopped before is \"not "
+               "reached\".", ""]
+    for metric in (Metric("Early return", "Each run's early return", early, "higher early", sub=True,
+                          not_reached=unreached.get("early", {})),
+                   Metric("Late variance", "Each run's late variance", late, "lower late variance", min, sub=True,
+                          not_reached=unreached.get("late", {})),
                    Metric("Whole-run return", "Each run's whole-run return (learning curve area)", area,
-                          "higher whole-run return", sub=True)):
+                          "higher whole-run return", sub=True, not_reached=unreached.get("whole", {}))):
         md += metric_section(f, metric)
     md += burn_in_lines(f, burn)
     return md + ([f"- {n}" for n in burn_notes] + [""] if burn_notes else [])
 
 
-def improvement_section(rates, games, ref, skipped=None) -> list[str]:
+def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:
     same = {a for a, _ in rates} == {ref}
     ref_name = ref if same else "A"
-    md = [f"## Improvement rate{f' of {ref}' if same else ''}", "",
+    md = [f"## Improvement rate{f' of {ref}' if same else ''}{at}", "",
           f"Improvement rate of {ref_name} over a label X on a game (the paper's Figure 3 and 5 quantity): "
           f"(s_{ref_name} - s_X) / |s_X|, where s is the mean over seeds of the human-normalised score (Atari) or "
           "of the raw evaluation return (other environments); shown in %. It blows up when s_X is near 0 and is "

@@ -717,6 +717,9 @@ MALFORMED = [
     ("adapt-string", with_(args={"env_id": "Amidar-v5", "adapt": "false"}), 'args.adapt is the string "false"'),
     ("step-negative", with_(global_step=-5), "global_step is the number -5, not a step count"),
     ("step-string", with_(total_timesteps="1000"), 'total_timesteps is the string "1000", not a step count'),
+    ("complete-string", with_(complete="no"), 'complete is the string "no", not a boolean'),
+    ("stop-string", with_(args={"env_id": "Amidar-v5", "stop_at_step": "100"}),
+     'args.stop_at_step is the string "100", not an integer or null'),
     ("invalid-json", '{"env_id": "Amidar-v5", ', "invalid JSON"),
     ("empty", "", "invalid JSON"),
 ]
@@ -1015,3 +1018,82 @@ def test_data_section_says_which_evaluation_protocol_each_label_used(tmp_path):
     assert ("- Evaluation of Authors: `--eval-protocol first-finished` (the first games to end count, which favours "
             "short games)") in data
     assert "Evaluation of Old" not in data
+
+
+def subsection(md: str, title: str) -> str:
+    """The text of a "### title" subsection, up to the next heading."""
+    return md.split(f"\n### {title}\n")[1].split("\n#")[0]
+
+
+def write_prefix_run(run_dir: Path, env_id, seed, score, stop, reached, total=1000, curve=lambda s: s / 10):
+    """A run of a `total`-step protocol stopped at `stop` (--stop-at-step) that ended at step `reached`: its
+    training games only up to there, and eval_results.json as the scripts write it at a stop."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir.mkdir(parents=True)
+    w = SummaryWriter(log_dir=str(run_dir))
+    for step in range(0, reached + 1, 10):
+        w.add_scalar("charts/episodic_return", curve(step), step)
+    w.close()
+    (run_dir / "eval_results.json").write_text(json.dumps({
+        "algo": "abs_pqn_atari", "env_id": env_id, "seed": seed, "run_name": run_dir.name, "global_step": reached,
+        "total_timesteps": total, "complete": False, "train_seconds": 1.0,
+        "eval": {"episodes": 2, "returns": [score, score], "mean": score},
+        "args": {"env_id": env_id, "seed": seed, "adapt": False, "stop_at_step": stop, "total_timesteps": total}}))
+
+
+def test_read_run_knows_prefix_runs_and_runs_written_before_the_flag(tmp_path):
+    write_prefix_run(tmp_path / "p", "Amidar-v5", 1, 10.0, stop=200, reached=208)
+    r = runs.read_run("A", tmp_path / "p")
+    assert (r.complete, r.total_steps, r.total_timesteps, r.window_steps, r.stop_step) == (False, 208, 1000, 1000, 200)
+    assert runs.reached(r) == "200 of 1,000 steps"
+    write_run(tmp_path / "old", "Amidar-v5", 1, 10.0)  # no "complete": it trained to its end
+    r = runs.read_run("A", tmp_path / "old")
+    assert (r.complete, r.window_steps, r.stop_step) == (True, 1000, 1000)
+    assert runs.reached(r) == "the end of 1,000 steps"
+
+
+def test_report_of_prefix_runs(tmp_path):
+    """Runs stopped at 200 of a 1,000-step protocol: the early window is the protocol's first 10% (steps <= 100,
+    not the first 20 steps they trained), the late and whole-run metrics are not reached, and every number read at
+    the runs' end says where it is."""
+    for seed in (1, 2):
+        write_prefix_run(tmp_path / "ABS" / f"a{seed}", "Amidar-v5", seed, 100.0 * seed, 200, 208)
+        write_prefix_run(tmp_path / "Vanilla" / f"a{seed}", "Amidar-v5", seed, 50.0, 200, 216, curve=lambda s: 1.0)
+    dirs = ["--runs", f"ABS={tmp_path / 'ABS'}", f"Vanilla={tmp_path / 'Vanilla'}", "--reps", "20"]
+    assert report.main([*dirs, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    for title in ("Aggregate human-normalised score", "Per-game evaluation return", "Per-game human-normalised "
+                  "score", "Final training return", "Improvement rate of ABS"):
+        assert f"## {title} at 200 of 1,000 steps\n" in md, title
+    assert "- Prefix runs (ABS, Vanilla): stopped at 200 of 1,000 steps (`--stop-at-step`; each ends with the " \
+        "iteration that crosses its stop, here at 208 to 216 steps)" in md
+    early = subsection(md, "Early return")
+    # the returns s / 10 at steps 0, 10, ..., 100: mean 5.0 (the first 10% of 208 steps would give 1.0)
+    assert row_of(early, "Amidar", "ABS")[2:4] == ["1: 5.000, 2: 5.000", "**5.000**"]
+    assert row_of(early, "Amidar", "Vanilla")[3] == "1.000"
+    for title in ("Late variance", "Whole-run return"):
+        assert subsection(md, title).strip() == ("Not reached: every run stopped at 200 of 1,000 steps "
+                                                      "(`--stop-at-step`), before this metric's window.")
+
+
+def test_prefix_runs_beside_complete_ones(tmp_path):
+    """A prefix label beside a complete one: each late cell says which it is; a prefix run stopped before 10% of
+    its protocol has no early return; one label's runs stopped at different steps are refused unless pooled."""
+    write_prefix_run(tmp_path / "P" / "a", "Amidar-v5", 1, 10.0, 50, 56)  # stopped before step 100
+    write_run(tmp_path / "F" / "a", "Amidar-v5", 1, 20.0, lambda s: s / 10)
+    dirs = ["--runs", f"P={tmp_path / 'P'}", f"F={tmp_path / 'F'}", "--reps", "20"]
+    assert report.main([*dirs, "--out", str(tmp_path / "o1")]) == 0
+    md = (tmp_path / "o1" / "report.md").read_text()
+    assert "## Per-game evaluation return at each run's stop (see Data)\n" in md
+    assert row_of(subsection(md, "Early return"), "Amidar", "P")[2] == "not reached"
+    late = subsection(md, "Late variance")
+    assert row_of(late, "Amidar", "P")[2] == "not reached"
+    assert row_of(late, "Amidar", "F")[4:] == ["n = 1, no interval", "1"]
+    write_prefix_run(tmp_path / "P" / "b", "Amidar-v5", 2, 10.0, 500, 504)
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *dirs, "--out", str(tmp_path / "o2")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2").exists()
+    assert "label P has runs that stopped at different steps (50 of 1,000 steps; 500 of 1,000 steps)" in res.stderr
+    assert report.main([*dirs, "--out", str(tmp_path / "o3"), "--allow-mixed-timesteps"]) == 0
+    assert "P: pools runs that stopped at different steps" in (tmp_path / "o3" / "report.md").read_text()
