@@ -30,6 +30,7 @@ DEFAULT_ROOT = "runs/sweeps"
 EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
                    "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons", "stop_at_step"}
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+GAME_RE = re.compile(r"^[A-Za-z0-9][^/\\\x00]*$")  # one path component: see check_games
 START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
 INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
 # The flags the sweep gives every command itself (Run.command): neither --extra-args nor an experiment's flags may
@@ -147,17 +148,34 @@ def with_threads(runs: list[Run], threads: int) -> list[Run]:
 
 # ----------------------------------------------------------------------------- experiments
 def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
-    """(game lists, experiments) of the built-in file, updated by the user's --config file."""
-    files = [BUILTIN_CONFIG] + ([Path(extra)] if extra else [])
-    games, experiments = {}, {}
-    for path in files:
+    """(game lists, experiments) of the built-in file, updated by the user's --config file. Every game list and
+    experiment is checked here, where its file is known, so that a malformed entry is one line naming the file."""
+    files = [(BUILTIN_CONFIG, str(BUILTIN_CONFIG))] + ([(Path(extra), f"--config {extra}")] if extra else [])
+    games, experiments, sources = {}, {}, {}
+    for path, where in files:
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise SweepError(f"--config {path}: {e}") from e
-        games.update(data.get("games", {}))
-        experiments.update(data.get("experiments", {}))
+        unknown = sorted(set(data) - {"games", "experiments"})
+        if unknown:  # e.g. [experiment.x]: a typo that would otherwise define nothing
+            raise SweepError(f"{where}: unknown key(s) {unknown}; a file holds [games] and [experiments.NAME] tables")
+        lists, exps = data.get("games", {}), data.get("experiments", {})
+        for key, table, form in (("games", lists, "NAME = [env ids]"), ("experiments", exps, "[experiments.NAME]")):
+            if not isinstance(table, dict):
+                raise SweepError(f"{where}: [{key}] must be a table of {form} entries, got {table!r}")
+        for name, value in lists.items():
+            check_games(value, f"{where}: game list {name}")
+        for name, exp in exps.items():
+            check_experiment(name, exp, f"{where}: experiment {name}")
+        games.update(lists)
+        experiments.update(exps)
+        sources.update(dict.fromkeys(exps, where))
+    for name, exp in experiments.items():  # (a list may come from another file than the experiment naming it)
+        if isinstance(exp["games"], str) and exp["games"] not in games:
+            raise SweepError(f"{sources[name]}: experiment {name}: games {exp['games']!r} names no [games] list; "
+                             f"lists: {', '.join(games)}")
     return games, experiments
 
 
@@ -188,11 +206,13 @@ def _flags(value, where: str) -> tuple[str, ...]:
             raise SweepError(f"{where}: flags {value!r}: {e}") from e
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return check_flags(value, where)
-    raise SweepError(f"{where}: flags must be a string or a list of strings")
+    raise SweepError(f"{where}: flags must be a string or a list of strings, got {value!r}")
 
 
 def check_seeds(seeds, where: str) -> list[int]:
     """Seeds as integers in [0, SEED_LIMIT), each once (SweepError otherwise)."""
+    if not isinstance(seeds, list) or not seeds:
+        raise SweepError(f"{where}: seeds must be a non-empty list of integers, got {seeds!r}")
     out = []
     for seed in seeds:
         if not is_int(seed) or not 0 <= seed < SEED_LIMIT:
@@ -201,6 +221,68 @@ def check_seeds(seeds, where: str) -> list[int]:
             raise SweepError(f"{where}: seed {seed} is given twice")
         out.append(seed)
     return out
+
+
+def check_games(games, where: str) -> list[str]:
+    """Env ids, each once and each one path component (SweepError otherwise): a game names its runs' directory
+    and log, <game>__<seed>, so a '/' in it would put them outside the sweep's root."""
+    if not isinstance(games, list) or not games:
+        raise SweepError(f"{where} must be a non-empty list of env ids, got {games!r}")
+    for i, game in enumerate(games):
+        if not (isinstance(game, str) and GAME_RE.match(game) and len(os.fsencode(game)) <= 200):
+            raise SweepError(f"{where}: game {game!r} is not an env id that is one path component (a string of at "
+                             "most 200 bytes that starts with a letter or digit and has no '/' or '\\')")
+        if game in games[:i]:  # two runs in one directory
+            raise SweepError(f"{where}: {game} is given twice")
+    return games
+
+
+def _check_int(exp: dict, key: str, low: int, where: str, high: int | None = None) -> None:
+    value = exp.get(key)
+    if value is not None and not (is_int(value) and low <= value and (high is None or value <= high)):
+        domain = f">= {low}" if high is None else f"in [{low}, total_timesteps = {high}]"
+        raise SweepError(f"{where}: {key} {value!r} is not an integer {domain}")
+
+
+def check_experiment(name: str, exp, where: str) -> None:
+    """One experiment's keys in their types and domains (SweepError naming `where`, the key and what it takes).
+    The name of a [games] list and the command line's selections are checked by load_config and expand."""
+    if not isinstance(exp, dict):
+        raise SweepError(f"{where}: must be a table [experiments.{name}] with the keys of "
+                         f"reproduce/experiments.toml's header, got {exp!r}")
+    unknown = set(exp) - EXPERIMENT_KEYS
+    missing = {"script", "games", "seeds", "total_timesteps", "labels"} - set(exp)
+    if unknown or missing:
+        raise SweepError(f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    for key in ("description", "script", "env_suffix", "benchmark", "reference"):
+        if key in exp and not (isinstance(exp[key], str) and (exp[key] or key == "env_suffix")):
+            raise SweepError(f"{where}: {key} must be a non-empty string, got {exp[key]!r}")
+    if not isinstance(exp["games"], (str, list)):
+        raise SweepError(f"{where}: games must be a non-empty list of env ids, or the name of a [games] list, "
+                         f"got {exp['games']!r}")
+    if isinstance(exp["games"], list):
+        check_games(exp["games"], f"{where}: games")
+    check_seeds(exp["seeds"], where)
+    _check_int(exp, "total_timesteps", 1, where)
+    _check_int(exp, "checkpoint_every", 0, where)
+    _check_int(exp, "stop_at_step", 1, where, exp["total_timesteps"])
+    _flags(exp.get("flags", ""), where)
+    labels = exp["labels"]
+    if not isinstance(labels, dict) or not labels:
+        raise SweepError(f"{where}: labels must be a non-empty table [experiments.{name}.labels] of "
+                         f"LABEL = \"flags\" or LABEL = {{ script = \"...\", flags = \"...\" }}, got {labels!r}")
+    for label, spec in labels.items():
+        if not LABEL_RE.match(label):
+            raise SweepError(f"{where}: label {label!r} is not a valid directory name (letters, digits, '.', '_', "
+                             "'+', '-'; a letter or digit first)")
+        if isinstance(spec, dict):
+            if set(spec) - {"script", "flags"} or not isinstance(spec.get("script", "x"), str) \
+                    or not spec.get("script", "x"):
+                raise SweepError(f"{where}, label {label}: only 'script' (a non-empty string) and 'flags' allowed, "
+                                 f"got {spec!r}")
+            spec = spec.get("flags", "")
+        _flags(spec, f"{where}, label {label}")
+    reference_and_comparisons(name, exp, where)
 
 
 def normalize_game(game: str, suffix: str) -> str:
@@ -214,45 +296,34 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
     if name not in experiments:
         raise SweepError(f"unknown experiment {name!r}; known: {', '.join(experiments)}")
     exp = experiments[name]
-    unknown = set(exp) - EXPERIMENT_KEYS
-    missing = {"script", "games", "seeds", "total_timesteps", "labels"} - set(exp)
-    if unknown or missing:
-        raise SweepError(f"experiment {name}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    check_experiment(name, exp, f"experiment {name}")
     exp_games = exp["games"]
     if isinstance(exp_games, str):
         if exp_games not in game_lists:
             raise SweepError(f"experiment {name}: no game list named {exp_games!r}")
-        exp_games = game_lists[exp_games]
+        exp_games = check_games(game_lists[exp_games], f"game list {exp_games}")
     suffix = exp.get("env_suffix", "")
-    where = "--games" if games else f"experiment {name}"
-    games = [normalize_game(g, suffix) for g in games] if games else list(exp_games)
-    twice = next((g for i, g in enumerate(games) if g in games[:i]), None)
-    if twice is not None:  # two runs in one directory
-        raise SweepError(f"{where}: {twice} is given twice")
-    seeds = check_seeds(seeds, "--seeds") if seeds else check_seeds(exp["seeds"], f"experiment {name}")
+    if games:  # the user's spelling first, then the ids it stands for (Pong and Pong-v5 are one game)
+        games = check_games([normalize_game(g, suffix) for g in check_games(list(games), "--games")], "--games")
+    else:
+        games = list(exp_games)
+    seeds = check_seeds(list(seeds), "--seeds") if seeds else exp["seeds"]
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise SweepError(f"--scale {scale}: must be a finite number > 0")
     total = exp["total_timesteps"]
-    if not is_int(total) or total < 1:
-        raise SweepError(f"experiment {name}: total_timesteps {total!r} is not an integer >= 1")
     if not total * scale <= MAX_STEPS:
         raise SweepError(f"--scale {scale:g}: {total:,} x {scale:g} total timesteps is more than a 64-bit step "
                          "counter holds")
     steps = max(1, round(total * scale))
     stop = exp.get("stop_at_step")
     if stop is not None:
-        if not is_int(stop) or not 1 <= stop <= total:
-            raise SweepError(f"experiment {name}: stop_at_step {stop!r} is not an integer in [1, total_timesteps "
-                             f"= {total}]")
         stop = min(steps, max(1, round(stop * scale)))
     ckpt = exp.get("checkpoint_every", 0) if checkpoint_every is None else checkpoint_every
     if not is_int(ckpt) or ckpt < 0:
-        raise SweepError(f"{'--checkpoint-every' if checkpoint_every is not None else f'experiment {name}'}: "
-                         f"checkpoint_every {ckpt!r} is not an integer >= 0")
+        raise SweepError(f"--checkpoint-every: checkpoint_every {ckpt!r} is not an integer >= 0")
     common = _flags(exp.get("flags", ""), f"experiment {name}")
     extra_args = check_flags(extra_args, "--extra-args")
     label_specs = exp["labels"]
-    reference_and_comparisons(name, exp)
     for label in labels or []:
         if label not in label_specs:
             raise SweepError(f"experiment {name} has no label {label!r}; labels: {', '.join(label_specs)}")
@@ -262,11 +333,7 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
             for label, spec in label_specs.items():
                 if labels and label not in labels:
                     continue
-                if not LABEL_RE.match(label):
-                    raise SweepError(f"experiment {name}: label {label!r} is not a valid directory name")
                 if isinstance(spec, dict):
-                    if set(spec) - {"script", "flags"}:
-                        raise SweepError(f"experiment {name}, label {label}: only 'script' and 'flags' allowed")
                     script, flags = spec.get("script", exp["script"]), spec.get("flags", "")
                 else:
                     script, flags = exp["script"], spec
@@ -276,19 +343,20 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
     return runs
 
 
-def reference_and_comparisons(name: str, exp: dict) -> tuple[str, list[tuple[str, str]]]:
+def reference_and_comparisons(name: str, exp: dict, where: str | None = None) -> tuple[str, list[tuple[str, str]]]:
     """The experiment's reference label (default: its first) and its comparisons, a list of [A, B] label pairs
     (A against the baseline B; default: the reference against every other label)."""
+    where = where or f"experiment {name}"
     labels = list(exp["labels"])
     ref = exp.get("reference", labels[0])
     if ref not in labels:
-        raise SweepError(f"experiment {name}: reference {ref!r} is not one of its labels {labels}")
+        raise SweepError(f"{where}: reference {ref!r} is not one of its labels {labels}")
     pairs = exp.get("comparisons")
     if pairs is None:
         return ref, reference_pairs(ref, labels)
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(x in labels for x in p)
                                               for p in pairs):
-        raise SweepError(f"experiment {name}: comparisons must be a list of [label, label] pairs of {labels}")
+        raise SweepError(f"{where}: comparisons must be a list of [label, label] pairs of {labels}")
     return ref, [tuple(p) for p in pairs]
 
 

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, beside it, however it is started
-from experiments import (CHECKPOINT, EXIT, INTERRUPTED, REPO, START, Run, SweepError, check_flags,  # noqa: E402
-                         check_seeds, default_root, execute, expand, load_config, reference_and_comparisons, tail,
-                         with_threads)
+from experiments import (CHECKPOINT, EXIT, GAME_RE, INTERRUPTED, REPO, START, Run, SweepError,  # noqa: E402
+                         check_flags, check_seeds, default_root, execute, expand, load_config,
+                         reference_and_comparisons, tail, with_threads)
 from runs import reference_pairs  # noqa: E402
 from slurm import ACTIVE, QUEUED, job_id, slurm_executor, slurm_states, submit  # noqa: E402
 
@@ -141,7 +141,7 @@ def _on_disk(label_dir: Path) -> set[tuple[str, int]]:
     found = set()
     for name in names:
         game, _, seed = name.rpartition("__")
-        if game and seed.isdigit():
+        if GAME_RE.match(game) and seed.isdigit():  # (a stray file such as .x__1 is no run)
             found.add((game, int(seed)))
     return found
 

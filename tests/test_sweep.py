@@ -779,7 +779,7 @@ def test_extra_args_refused_on_the_command_line_and_in_an_experiment(tiny, tmp_p
     config.write_text('[experiments.bad]\nscript = "x.py"\ngames = ["Pong-v5"]\nseeds = [1]\ntotal_timesteps = 10\n'
                       '[experiments.bad.labels]\nA = "--lr 1"\nB = "--seed 7"\n')
     err = refused(["run", "bad", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
-    assert err.startswith("error: experiment bad, label B: --seed is set by the sweep itself"), err
+    assert err.startswith(f"error: --config {config}: experiment bad, label B: --seed is set by the sweep"), err
     with pytest.raises(experiments.SweepError, match="--extra-args: --resume is set by the sweep itself"):
         builtin("mujoco", extra_args=["--resume=/tmp/c.pt"])
 
@@ -853,7 +853,7 @@ def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
                             ({"seeds": ["1"]}, "experiment e: seed '1' is not an integer"),
                             ({"total_timesteps": 0}, "experiment e: total_timesteps 0 is not an integer >= 1"),
                             ({"checkpoint_every": -1}, "experiment e: checkpoint_every -1 is not an integer >= 0"),
-                            ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: Pong-v5 is given twice")):
+                            ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: games: Pong-v5 is given twice")):
         with pytest.raises(experiments.SweepError, match=re.escape(message)):
             experiments.expand("e", {"e": {**base, **change}}, games, tmp_path)
     assert [r.seed for r in experiments.expand("e", {"e": base}, games, tmp_path)] == [1]
@@ -880,3 +880,103 @@ def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     assert len(commands) == 2 and all(c[-6:] == ["--stop-at-step", "2000000", "--torch-threads", threads,
                                                  "--env-threads", threads] for c in commands), out.stdout
     assert "4,000,000 steps" in out.stdout  # the prefix's steps, not 2 x 20M
+
+
+# ----------------------------------------------------------------------------- malformed experiment files
+GOOD = {"script": '"x.py"', "games": '["Pong-v5"]', "seeds": "[1]", "total_timesteps": "10", "labels": '{A = ""}'}
+# (key, TOML value, what the message says): every key of an experiment in a shape or domain it does not take
+MALFORMED = [
+    ("labels", "{}", "labels must be a non-empty table"),
+    ("labels", '["A"]', "labels must be a non-empty table"),
+    ("labels", "5", "labels must be a non-empty table"),
+    ("labels", '{A = 3}', "label A: flags must be a string or a list of strings"),
+    ("labels", '{A = [1]}', "label A: flags must be a string or a list of strings"),
+    ("labels", '{A = {script = 3}}', "label A: only 'script' (a non-empty string) and 'flags' allowed"),
+    ("labels", '{A = {script = ""}}', "label A: only 'script' (a non-empty string) and 'flags' allowed"),
+    ("labels", '{A = {script = "x.py", seed = 1}}', "label A: only 'script'"),
+    ("labels", '{".." = ""}', "label '..' is not a valid directory name"),
+    ("labels", '{"a/b" = ""}', "label 'a/b' is not a valid directory name"),
+    ("games", "3", "games must be a non-empty list of env ids, or the name of a [games] list, got 3"),
+    ("games", "[]", "games must be a non-empty list of env ids"),
+    ("games", "[1, 2]", "games: game 1 is not an env id that is one path component"),
+    ("games", "[true]", "games: game True is not an env id"),
+    ("games", '["../../x"]', "games: game '../../x' is not an env id that is one path component"),
+    ("games", '["a/b"]', "games: game 'a/b' is not an env id"),
+    ("games", '[".."]', "games: game '..' is not an env id"),
+    ("games", '[""]', "games: game '' is not an env id"),
+    ("games", '["-v5"]', "games: game '-v5' is not an env id"),
+    ("games", '["Pong-v5", "Pong-v5"]', "games: Pong-v5 is given twice"),
+    ("games", '"nolist"', "games 'nolist' names no [games] list"),
+    ("games", "{a = 1}", "games must be a non-empty list of env ids, or the name of a [games] list"),
+    ("seeds", "3", "seeds must be a non-empty list of integers, got 3"),
+    ("seeds", "[]", "seeds must be a non-empty list of integers"),
+    ("seeds", '"1"', "seeds must be a non-empty list of integers, got '1'"),
+    ("seeds", "[1.5]", "seed 1.5 is not an integer"),
+    ("seeds", "[true]", "seed True is not an integer"),
+    ("total_timesteps", '"10"', "total_timesteps '10' is not an integer >= 1"),
+    ("total_timesteps", "1.5", "total_timesteps 1.5 is not an integer >= 1"),
+    ("total_timesteps", "nan", "total_timesteps nan is not an integer >= 1"),
+    ("checkpoint_every", "true", "checkpoint_every True is not an integer >= 0"),
+    ("stop_at_step", "11", "stop_at_step 11 is not an integer in [1, total_timesteps = 10]"),
+    ("stop_at_step", "0", "stop_at_step 0 is not an integer in [1, total_timesteps = 10]"),
+    ("script", "3", "script must be a non-empty string, got 3"),
+    ("script", '""', "script must be a non-empty string"),
+    ("script", '["x.py"]', "script must be a non-empty string"),
+    ("env_suffix", "3", "env_suffix must be a non-empty string, got 3"),
+    ("benchmark", "[1]", "benchmark must be a non-empty string"),
+    ("description", "{}", "description must be a non-empty string"),
+    ("reference", "[1]", "reference must be a non-empty string"),
+    ("reference", '"B"', "reference 'B' is not one of its labels"),
+    ("comparisons", '[["A"]]', "comparisons must be a list of [label, label] pairs"),
+    ("comparisons", "3", "comparisons must be a list of [label, label] pairs"),
+    ("flags", "3", "flags must be a string or a list of strings"),
+    ("flags", '"--x \\"y"', "No closing quotation"),
+    ("flags", '"--seed 3"', "--seed is set by the sweep itself"),
+    ("gamez", "[1]", "unknown keys ['gamez']"),
+    ("script", None, "missing keys ['script']"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", MALFORMED, ids=[f"{k}={v}" for k, v, _ in MALFORMED])
+def test_a_malformed_experiment_is_one_line_naming_its_file_experiment_and_key(tmp_path, capsys, key, value, message):
+    """Every command reads the file: each refuses it in one line that names the file, the experiment and the key,
+    exit 2, before anything is created."""
+    entries = {**GOOD, key: value} if value is not None else {k: v for k, v in GOOD.items() if k != key}
+    config = tmp_path / "mine.toml"
+    config.write_text("[experiments.e]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
+    for command in ("run", "status", "report"):
+        err = refused([command, "e", "--config", str(config), "--root", str(tmp_path / "r")], capsys)
+        assert err.startswith(f"error: --config {config}: experiment e") and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
+
+
+MALFORMED_FILES = [
+    ("experiments = 3", "[experiments] must be a table of [experiments.NAME] entries, got 3"),
+    ("games = 3", "[games] must be a table of NAME = [env ids] entries, got 3"),
+    ("[experiments]\ne = 3", "experiment e: must be a table [experiments.e]"),
+    ("[experiments]\ne = [1]", "experiment e: must be a table [experiments.e]"),
+    ("[games]\nfoo = 3", "game list foo must be a non-empty list of env ids, got 3"),
+    ("[games]\nfoo = [1]", "game list foo: game 1 is not an env id"),
+    ("[games]\nfoo = ['../x']", "game list foo: game '../x' is not an env id"),
+    ("[experiment.e]\nscript = 'x.py'", "unknown key(s) ['experiment']"),
+    ("[experiments.e\n", "Expected ']'"),
+]
+
+
+@pytest.mark.parametrize("text,message", MALFORMED_FILES, ids=[t for t, _ in MALFORMED_FILES])
+def test_a_malformed_experiments_file_is_one_line_naming_it(tmp_path, capsys, text, message):
+    config = tmp_path / "mine.toml"
+    config.write_text(text)
+    err = refused(["run", "e", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
+    assert err.startswith(f"error: --config {config}: ") and message in err, err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("game", ["../../../x", "a/b", "..", "-x", ".hidden", "a\\b", "x" * 201])
+def test_a_game_that_is_not_one_path_component_is_refused_before_anything_is_written(tmp_path, game):
+    """A game names its runs' directory and log: a '/' in it would write them outside --root."""
+    root = tmp_path / "deep" / "er" / "root"
+    out = sweep_cli("run", "mujoco", f"--games={game}", "--seeds", "1", "--root", str(root))
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out
+    assert out.stderr.startswith(f"error: --games: game {game!r} is not an env id that is one path component")
+    assert list(tmp_path.rglob("*")) == []  # no log, no directory: neither under --root nor beside it
