@@ -139,6 +139,40 @@ def adapt_by_game_figure(data, games, out, bins):
     return save(fig, out, "adapt_by_game", ["game", "tag", "label", *BAND_COLUMNS], rows)
 
 
+def by_game_grid_figure(data, games, out, bins, what: str, burn=None):
+    """One panel per game and one for the mean over games of a controller quantity, what = "divergence" (the
+    paper's Figure 1: every run that measured one, ABS runs and fixed-batch runs with --track-divergence, which
+    measure it without using it) or "batch size" (the ABS runs, is_abs_run): mean over seeds, shaded min-max; a
+    dashed line in an ABS label's colour where its burn-in ends (burn: measures.burn_in's, mean over seeds). Any
+    number of games (adapt_by_game_figure, two rows, stops at ADAPT_BY_GAME_MAX). None when no run logged it."""
+    tag_of, keep = (divergence_tag, lambda r: True) if what == "divergence" else (size_tag, is_abs_run)
+    runs = {lb: {g: [r for r in by_game.get(g, {}).values() if keep(r) and tag_of(r)] for g in games}
+            for lb, by_game in data.items()}
+    games = [g for g in games if any(by_lb[g] for by_lb in runs.values())]
+    if not games:
+        return None
+    fig, axes = grid(len(games) + 1, f"{what.capitalize()} over training per game: mean over seeds, shaded min–max; "
+                     "dashed: end of an ABS label's burn-in")
+    rows = []
+    for ax, game in zip(axes, [*games, "mean over games"]):
+        units = set()
+        for i, lb in enumerate(data):  # the colours of the other figures: one per label, in label order
+            panel = [r for g in (games if game == "mean over games" else [game]) for r in runs[lb][g]]
+            for tag in sorted({tag_of(r) for r in panel}):
+                drawn = band_rows(ax, [r for r in panel if tag_of(r) == tag], tag, bins, lb, f"C{i}", [game, tag])
+                if drawn is not None:
+                    units.add(UNITS[tag])
+                    rows += drawn
+            ends = [v[0] for g in (games if game == "mean over games" else [game])
+                    for v in (burn or {}).get((g, lb), {}).values() if np.isfinite(v[0])]
+            if ends and panel:
+                ax.axvline(float(np.mean(ends)), color=f"C{i}", ls="--", lw=1)
+        ax.set(title=game, xlabel="environment steps", ylabel=units.pop() if len(units) == 1 else what)
+        legend_or_note(ax, f"no {what} events")
+    name = "divergence_by_game" if what == "divergence" else "batch_size_by_game"
+    return save(fig, out, name, ["game", "tag", "label", *BAND_COLUMNS], rows)
+
+
 def improvement_figure(rates, out):
     """Bars of the paper's improvement rate per game, its mean and its median, one colour per compared pair."""
     games = sorted({g for r in rates.values() for g in r["paper"]}) + ["mean", "median"]
@@ -175,7 +209,7 @@ def aggregate_figure(agg, out):
     return save(fig, out, "aggregates", ["label", "metric", "point", "ci_low", "ci_high", "n_games", "n_runs"], rows)
 
 
-def figures_section(data, games, agg, rates, out, bins) -> list[str]:
+def figures_section(data, games, agg, rates, out, bins, burn=None) -> list[str]:
     """Draw every figure the data allows into out, and return the report's section that lists them."""
     figures = [learning_curves_figure(data, games, out, bins)]
     adapt = adapt_figure(data, out, bins)
@@ -187,6 +221,18 @@ def figures_section(data, games, agg, rates, out, bins) -> list[str]:
     by_game = adapt_by_game_figure(data, games, out, bins)
     if by_game:
         figures.append(by_game + ": the ABS runs' divergence and batch size, one column per game")
+    # Figure 1 of the paper where adapt_by_game does not show it: more games than its columns, or a fixed-batch
+    # run that tracked the divergence it does not use (--track-divergence).
+    tracked = any(divergence_tag(r) and not is_abs_run(r) for r in runs_of(data, games))
+    if tracked or not by_game:
+        divergence = by_game_grid_figure(data, games, out, bins, "divergence", burn)
+        if divergence:
+            figures.append(divergence + ": the divergence of every run that measured one (the paper's Figure 1), "
+                           "per game and its mean over games")
+    if not by_game:
+        sizes = by_game_grid_figure(data, games, out, bins, "batch size", burn)
+        if sizes:
+            figures.append(sizes + ": the ABS runs' batch size per game and its mean over games")
     if rates:
         figures.append(improvement_figure(rates, out))
     if agg:

@@ -77,9 +77,10 @@ def write_report(data, games, notes, args, table) -> Path:
         "training metric of CleanRL's published results, read by openrlbenchmark, whose spread is the population std "
         "over seeds, also given)", per_seed(data, games, lambda r: final_training_return(r, args.last_games)), std=True,
         left_out=left_out_line(f)))
-    md += early_late_section(f, *early_late(data, games), *burn_in(data, games), not_reached(data, games))
+    burn = burn_in(data, games)
+    md += early_late_section(f, *early_late(data, games), *burn, not_reached(data, games))
     md += improvement_section(rates, games, ref, skipped, f.at)
-    md += figures_section(data, games, agg, rates, out, args.bins)
+    md += figures_section(data, games, agg, rates, out, args.bins, burn[0])
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"
 

@@ -306,12 +306,25 @@ def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
     assert [float(r["mean"]) for r in rows if r["tag"] == "adapt/kl"] == pytest.approx([0.02] * 12)  # 6 bins x 2
     import matplotlib.image as mpimg
     assert mpimg.imread(tmp_path / "o" / "adapt_by_game.png").shape[0] > 100
-    # Seven games: a panel per game is unreadable, so only adapt.png is drawn.
+    # The fixed-L baseline logged the divergence it does not use: the paper's Figure 1 draws it beside ABS's, per
+    # game and over games, with ABS's burn-in end (seed 1: step 480, seed 2: 480; W = 3).
+    with open(tmp_path / "o" / "divergence_by_game.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["game"], r["label"]) for r in rows} == {("Hopper", "ABS"), ("Walker2d", "ABS"), ("Hopper", "PPO"),
+                                                       ("mean over games", "ABS"), ("mean over games", "PPO")}
+    assert {r["n_runs"] for r in rows if r["game"] == "mean over games" and r["label"] == "ABS"} == {"3"}
+    assert not (tmp_path / "o" / "batch_size_by_game.png").exists()  # adapt_by_game.png shows L per game
+    # Seven games: two rows of seven panels are unreadable; the grids of panels take over.
     for i, game in enumerate(("Ant", "HalfCheetah", "Humanoid", "Swimmer", "Reacher", "Pusher", "Hopper")):
         write_adapt_run(tmp_path / "many" / game, f"{game}-v4", 1, steps, [16] * 7, 3, 10_000)
     assert report.main(["--runs", f"ABS={tmp_path / 'many'}", "--out", str(tmp_path / "m"), "--reps", "20",
                         "--benchmark", "mujoco"]) == 0
     assert not (tmp_path / "m" / "adapt_by_game.png").exists() and (tmp_path / "m" / "adapt.png").exists()
+    for name, tag in (("divergence_by_game", "adapt/kl"), ("batch_size_by_game", "adapt/num_steps")):
+        with open(tmp_path / "m" / f"{name}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert len({r["game"] for r in rows}) == 8 and {r["tag"] for r in rows} == {tag}, name
+        assert mpimg.imread(tmp_path / "m" / f"{name}.png").shape[0] > 100
 
 
 # ----------------------------------------------------------------------------- end to end
