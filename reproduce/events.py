@@ -105,7 +105,8 @@ def check_events(run: Run, files: list[EventFile], scalars: dict) -> tuple[list[
       a later file of the run restarts (a resumed writer's purge_step P, which drops every earlier event from step
       P on) at a step the damaged file was read past: then nothing that counts is missing, and it is only noted;
     - incomplete: the events, as TensorBoard reads them, end before the run's last step (eval_results.json
-      global_step) by more than one logging interval of a tag logged every iteration (iteration_tag)."""
+      global_step) by more than one logging interval of a tag logged every iteration (iteration_tag), or hold
+      no training event at all (an empty file); a run without any event file is named so by load_run_events."""
     problems, notes = [], []
     who = f"{run.label} {run.game} seed {run.seed}"
     end = f"the run's last step {run.total_steps:,}" if run.total_steps else "the run's last step unknown"
@@ -121,6 +122,10 @@ def check_events(run: Run, files: list[EventFile], scalars: dict) -> tuple[list[
         else:
             problems.append(f"`{ef.path}` ({who}): damaged: {read} ({end})")
     tag = iteration_tag(set().union(*(ef.tags for ef in files)) if files else set())
+    if not problems and tag is None:  # e.g. an empty file: no curve, which the tables would silently drop
+        shown = files[-1].path if files else run.path
+        problems.append(f"`{shown}` ({who}): incomplete: its event files hold no training events (none of "
+                        f"charts/SPS, losses/*, {RETURN_TAG})")
     if not problems and tag is not None and run.total_steps:
         steps = scalars.get(tag, (np.array([]), None))[0]
         last = float(steps.max()) if len(steps) else None
@@ -163,7 +168,9 @@ def load_run_events(run: Run, tags=None) -> None:
         run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: its event files "
                               f"cannot be listed ({type(e).__name__}: {e.strerror or e})"]
         return
-    if not files:
+    if not files:  # named, as a damaged file is: its run would drop out of every curve's table without a word
+        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): incomplete: no TensorBoard "
+                              "event file (events.out.tfevents.*) in the run directory"]
         return
     check = iteration_tag(set().union(*(ef.tags for ef in files)))
     try:

@@ -85,8 +85,15 @@ def write_report(data, games, notes, args, table) -> Path:
     return out / "report.md"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
+
+    def error(self, message):
+        self.exit(2, f"report.py: error: {message} (report.py --help for the options)\n")
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = _Parser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", required=True, metavar="LABEL=DIR",
                    help="labelled directories searched recursively for eval_results.json")
@@ -113,6 +120,8 @@ def parse_args(argv=None):
         label, _, d = item.partition("=") if "=" in item else (Path(item).name, "", item)
         if not label or label in runs:
             p.error(f"--runs: empty or repeated label in {item!r}")
+        if not d:  # Path("") is the working directory: a report of whatever lies below it
+            p.error(f"--runs: {item!r} names no directory (LABEL=DIR)")
         if not Path(d).is_dir():
             p.error(f"--runs: {d!r} is not a directory")
         runs[label] = Path(d)
@@ -126,6 +135,8 @@ def parse_args(argv=None):
             p.error(f"--skip-compare: both {' and '.join(pair)} have runs (use --compare)")
     if args.reps < 1 or args.bins < 1 or args.last_games < 1:
         p.error("--reps, --bins and --last-games must be positive")
+    if args.total_timesteps is not None and args.total_timesteps < 1:
+        p.error(f"--total-timesteps {args.total_timesteps}: must be at least 1")
     args.runs = runs
     return args
 

@@ -967,6 +967,60 @@ def test_an_intact_resumed_run_is_not_flagged(tmp_path):
     assert run.event_problems == run.event_notes == [] and runs.RETURN_TAG in run.scalars
 
 
+def empty_event_files(run_dir: Path, how: str) -> None:
+    """Leave a run without training events: its event files removed, cut to 0 bytes, or replaced by one that a
+    SummaryWriter opened and closed (its file-version record only)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for path in run_dir.glob("events.out.tfevents.*"):
+        if how == "zero bytes":
+            path.write_bytes(b"")
+        else:
+            path.unlink()
+    if how == "no summary":
+        SummaryWriter(str(run_dir)).close()
+
+
+@pytest.mark.parametrize("how", ["removed", "zero bytes", "no summary"])
+def test_a_run_without_training_events_is_named_and_left_out_of_every_curve_table(tmp_path, how):
+    """A run whose event files are missing or hold no training event would drop out of the curves' tables (burn-in
+    n 3 -> 2) without a word: it is named as incomplete, as a cut file is, and its evaluation return kept."""
+    for seed in (1, 2, 3):
+        shutil.copytree(COMMITTED / "PPO+ABS" / f"Hopper-v4__{seed}", tmp_path / "runs" / f"Hopper-v4__{seed}")
+    run_dir = tmp_path / "runs" / "Hopper-v4__2"
+    empty_event_files(run_dir, how)
+    assert report.main(["--runs", f"PPO+ABS={tmp_path / 'runs'}", "--out", str(tmp_path / "o"), "--reps", "20"]) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    damaged = section(md, "Data").split("### Damaged or incomplete event files")[1]
+    (line,) = [ln for ln in damaged.splitlines() if "(PPO+ABS Hopper seed 2)" in ln]
+    assert line.startswith(f"- `{run_dir}" if how == "removed" else f"- `{run_dir}/events.out.tfevents."), line
+    assert line.endswith("incomplete: no TensorBoard event file (events.out.tfevents.*) in the run directory"
+                         if how == "removed" else "incomplete: its event files hold no training events (none of "
+                         "charts/SPS, losses/*, charts/episodic_return)"), line
+    left = ("Left out (event files damaged or incomplete, see \"Damaged or incomplete event files\"): "
+            "PPO+ABS Hopper seed 2.")
+    burn = section(md, "Early / late").split("### Burn-in")[1]
+    assert left in section(md, "Final training return") and left in section(md, "Early / late")
+    assert row_of(burn, "Hopper", "PPO+ABS")[-1] == "2"
+    assert row_of(section(md, "Per-game evaluation return"), "Hopper", "PPO+ABS")[-1] == "3"
+
+
+@pytest.mark.parametrize("item,message", [
+    ("A=", "--runs: 'A=' names no directory (LABEL=DIR)"),
+    ("=sub", "--runs: empty or repeated label in '=sub'"),
+    ("A=nope", "--runs: 'nope' is not a directory"),
+    ("A=file", "--runs: 'file' is not a directory"),
+])
+def test_a_runs_item_without_a_directory_is_one_line_and_exit_2(tmp_path, item, message):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "sub").mkdir()
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", item, "--out", "o"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "" and len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(f"report.py: error: {message} (report.py --help"), res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "sub"]
+
+
 def test_logging_interval_and_iteration_tag():
     assert events.logging_interval([1024, 2048, 4096, 8192]) == 4096  # a rollout that grows
     assert events.logging_interval([500]) == 500 and events.logging_interval([]) == 0
