@@ -28,6 +28,7 @@ from events import load_run_events  # noqa: E402
 from figures import band_rows, grid, legend_or_note, save  # noqa: E402  (it sets matplotlib's Agg backend)
 import matplotlib.pyplot as plt  # noqa: E402
 from measures import final_training_return  # noqa: E402
+from report import out_problem  # noqa: E402
 from runs import RETURN_TAG, add_run, find_runs  # noqa: E402
 from sections import fmt, md_table  # noqa: E402
 
@@ -225,8 +226,15 @@ def write_study(data, games, notes, out: Path, args) -> Path:
     return path
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
+
+    def error(self, message):
+        self.exit(2, f"divergence_study.py: error: {message} (divergence_study.py --help for the options)\n")
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = _Parser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", required=True, metavar="LABEL=DIR",
                    help="labelled directories searched recursively for eval_results.json")
@@ -239,7 +247,7 @@ def parse_args(argv=None):
     runs = {}
     for item in args.runs:
         label, sep, d = item.partition("=")
-        if not sep or not label or label in runs:
+        if not sep or not label or label in runs or not d:  # (an empty DIR would be the working directory)
             p.error(f"--runs: expected distinct LABEL=DIR entries, got {item!r}")
         if not Path(d).is_dir():
             p.error(f"--runs: {d!r} is not a directory")
@@ -252,6 +260,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    problem = out_problem(Path(args.out))
+    if problem:
+        print(f"divergence_study.py: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
     data, notes = {}, []
     for label, root in args.runs.items():
         data[label], label_notes = load(label, root, set(args.games), set(args.seeds), args.last_games)
@@ -261,8 +273,10 @@ def main(argv=None) -> int:
     if not games:
         wanted = " ".join(f"{flag} {' '.join(map(str, v))}" for flag, v in (("--games", args.games),
                                                                           ("--seeds", args.seeds)) if v)
+        # the runs skipped or left out are named, as study.md's notes would: a damaged run is not a missing one
         print("divergence_study.py: no finished abs_ppo_mujoco.py runs" + (f" matching {wanted}" if wanted else "")
-              + " under " + ", ".join(map(str, args.runs.values())), file=sys.stderr)
+              + " under " + ", ".join(map(str, args.runs.values())) + "".join(f"\n- {n}" for n in notes),
+              file=sys.stderr)
         return 1
     notes += [f"--games {g}: no run under any label" for g in dict.fromkeys(args.games) if g not in found]
     notes += [f"{label}: no run of {', '.join(games)}" for label, rs in data.items() if not rs]

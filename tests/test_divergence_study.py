@@ -2,13 +2,16 @@
 is regenerated from the committed runs in test_results.py."""
 import csv
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reproduce"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "reproduce"))
 import divergence_study as study  # noqa: E402
 
 
@@ -47,6 +50,7 @@ def test_ratio_stats_by_hand():
     (["--runs", "results"], "expected distinct LABEL=DIR"),
     (["--runs", "A=results", "A=results"], "expected distinct LABEL=DIR"),
     (["--runs", "A=no/such/dir"], "is not a directory"),
+    (["--runs", "A="], "expected distinct LABEL=DIR entries, got 'A='"),
     (["--runs", "A=results", "--bins", "0"], "--bins and --last-games must be positive"),
 ])
 def test_bad_arguments_name_the_flag(argv, message, capsys, monkeypatch):
@@ -160,3 +164,60 @@ def test_a_damaged_event_file_is_named_and_its_run_left_out(tmp_path):
     assert f"of {size - 10:,}; TensorBoard stops reading the file there, so its events end at step 8,192" in text
     with open(out / "returns.csv") as f:
         assert {row[-1] for row in list(csv.reader(f))[1:]} == {"1"}  # every bin rests on seed 2 alone
+
+
+def damage(run: Path, how: str) -> str:
+    """Damage one written run `how`; returns what the study must say about it."""
+    [events] = run.glob("events.out.tfevents.*")
+    if how == "cut event file":
+        events.write_bytes(events.read_bytes()[:-10])
+        return f"`{events}` (PPO Hopper seed 1): damaged: a record cut short (in its data)"
+    if how == "empty event file":
+        events.write_bytes(b"")
+        return f"`{events}` (PPO Hopper seed 1): incomplete: its event files hold no training events"
+    if how == "no event file":
+        events.unlink()
+        return f"`{run}` (PPO Hopper seed 1): incomplete: no TensorBoard event file"
+    result = run / "eval_results.json"
+    text = {"invalid JSON": '{"env_id": ', "a list": "[1, 2]", "no eval": json.dumps({"env_id": "Hopper-v4",
+                                                                                          "seed": 1})}[how]
+    result.write_text(text)
+    return f"skipped `{result}`: malformed eval_results.json ("
+
+
+DAMAGES = ["cut event file", "empty event file", "no event file", "invalid JSON", "a list", "no eval"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_run_is_named_whether_other_runs_remain_or_none(tmp_path, capsys, how):
+    """With another run, the damaged one is named in study.md's notes and absent from its tables; alone, the
+    'no runs' error names it (and what was wrong) instead of reading as an empty directory."""
+    fixed = {"adapt": False, "num_steps": 2048}
+    iterations, returns = [2048, 4096, 6144, 8192], [(2048, 1.0), (4096, 2.0), (6144, 3.0), (8192, 4.0)]
+    for seed in (1, 2):
+        write_run(tmp_path / "ppo" / f"Hopper-v4__{seed}", "Hopper-v4", seed, fixed, iterations, returns=returns)
+    said = damage(tmp_path / "ppo" / "Hopper-v4__1", how)
+    assert study.main(["--runs", f"PPO={tmp_path / 'ppo'}", "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert said in text.split("## Notes")[1]
+    assert [ln.split(" | ")[2] for ln in text.splitlines() if ln.startswith("| Hopper-v4 | PPO |")] == ["2", "1"]
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "ppo" / "Hopper-v4__2")
+    assert study.main(["--runs", f"PPO={tmp_path / 'ppo'}", "--out", str(tmp_path / "alone")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"divergence_study.py: no finished abs_ppo_mujoco.py runs under {tmp_path / 'ppo'}\n- ")
+    assert said in err and len(err.splitlines()) == 2 and not (tmp_path / "alone").exists()
+
+
+@pytest.mark.parametrize("out,problem", [("file", "is a file, not a directory"),
+                                         ("file/sub", "FILE is a file, so no directory can be made below it")])
+def test_out_that_is_a_file_or_below_one_is_one_line_and_exit_2(tmp_path, out, problem):
+    write_run(tmp_path / "ppo" / "Hopper-v4__1", "Hopper-v4", 1, {"adapt": False, "num_steps": 2048}, [2048])
+    (tmp_path / "file").write_text("x")
+    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "divergence_study.py"), "--runs",
+                          f"PPO={tmp_path / 'ppo'}", "--out", str(tmp_path / out)], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res
+    problem = problem.replace("FILE", str(tmp_path / "file"))
+    assert res.stderr == f"divergence_study.py: --out {tmp_path / out}: {problem}\n"
+    assert (tmp_path / "file").read_text() == "x"
