@@ -781,7 +781,10 @@ def flag_problems(a: Args):
     yield B <= a.buffer_size, f"{flag} ({B}) must be <= --buffer-size ({a.buffer_size}), which it samples from"
     yield U.memory_problem(f"the replay buffer (--buffer-size {a.buffer_size})",
                            lambda: ReplayBuffer.bytes_needed(a.buffer_size), False)
-    yield U.memory_problem(f"training (--model-size {a.model_size}, --num-tau {a.num_tau}, {flag} {B})",
+    # Every flag that sizes the networks or the batch is named: any of them may be the one too large.
+    sizes = (["model_size", "maxpool_size"] if a.impala else []) + ["hidden_size"] + (
+        ["num_cosines", "num_tau"] if a.iqn else [])
+    yield U.memory_problem(f"training ({', '.join(f'{U.flag_of(n)} {getattr(a, n)}' for n in sizes)}, {flag} {B})",
                            lambda: training_bytes(a, B), a.cuda)
 
 

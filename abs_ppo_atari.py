@@ -417,6 +417,10 @@ def flag_problems(a: Args):
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
     yield (a.num_envs * (lo if a.adapt else a.num_steps) >= 2 * a.num_minibatches,
            f"--num-minibatches ({a.num_minibatches}) leaves fewer than 2 transitions per minibatch")
+    L, flag = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")  # the longest update
+    yield U.epochs_problem(update_epochs_for(L, a.update_epochs, a.epochs_ref_steps, a.min_update_epochs),
+                           f"--update-epochs {a.update_epochs}, --epochs-ref-steps {a.epochs_ref_steps}, "
+                           f"--min-update-epochs {a.min_update_epochs} and {flag} {L}")
     obs_shape = envpool.make_spec(a.env_id).observation_space.shape  # (4, 84, 84): the stacked frames
     yield U.rollout_memory_problem(a, lambda L: Rollout.allocate(L, a.num_envs, obs_shape, "meta").nbytes)
 

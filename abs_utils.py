@@ -82,6 +82,12 @@ def rollout_memory_problem(args, nbytes_at: Callable[[int], int]) -> tuple[bool,
 
 
 MAX_THREADS = 1024  # thread counts: far beyond any machine's cores, well inside what a thread pool can create
+# Every other integer flag counts steps, iterations, measurements, epochs, episodes or rows, each of which takes at
+# least one env step or one gradient step. No run takes 10^12 of them (11 days at a million steps per second, 20,000
+# x the paper's longest run), so a larger count is a typo that would loop for ever or allocate what no machine holds
+# (a deque of --window 2^63 is an OverflowError once the run directory exists).
+MAX_COUNT = 10**12
+MAX_EPOCHS = 1000  # epochs of one update: 25 x PPO's 40 at L = 8192; a longer update is never stopped by a signal
 
 
 def has_cxx() -> bool:  # for torch.compile's kernels
@@ -107,14 +113,29 @@ def common_problems(args) -> Iterator[tuple[bool, str]]:
 
 
 def check_flags(args, problems: Callable[..., Iterable[tuple[bool, str]]]) -> None:
-    """Raise ValueError with the first problem: a NaN or infinite float, then common_problems, then the script's
-    rows in order. The rows are generated lazily, so a row may divide by a flag that an earlier row checked."""
+    """Raise ValueError with the first problem: a NaN or infinite float, then common_problems, count_problems, then
+    the script's rows in order. The rows are generated lazily, so a row may divide by a flag that an earlier row
+    checked."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{flag_of(name)} must be a finite number, got {value}")
-    for ok, message in itertools.chain(common_problems(args), problems(args)):
+    for ok, message in itertools.chain(common_problems(args), count_problems(args), problems(args)):
         if not ok:
             raise ValueError(message)
+
+
+def count_problems(args) -> Iterator[tuple[bool, str]]:
+    """Every integer flag at most MAX_COUNT (the seed and thread counts have their own, smaller bounds)."""
+    for name, value in vars(args).items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield value <= MAX_COUNT, (f"{flag_of(name)} must be at most 10^12 (no run takes that many steps, "
+                                       f"iterations or episodes), got {value}")
+
+
+def epochs_problem(most: int, flags: str) -> tuple[bool, str]:
+    """(ok, message): the longest update's epochs, `most`, as the flags' epoch rule gives them, within MAX_EPOCHS."""
+    return most <= MAX_EPOCHS, (f"{flags} give {most} epochs to the longest update, more than {MAX_EPOCHS} "
+                                f"(a stop signal waits for the update to end)")
 
 
 def tyro_cli(cls, argv, default=None):
@@ -333,6 +354,16 @@ class NonFiniteLoss(RuntimeError):
     """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
 
 
+# The flags (of those a script has) whose lower values shrink a loss term or a step: the learning rate, the weights of
+# PPO's entropy and value terms and of BTR's Munchausen term, and the gradient clip. A non-finite loss names them all
+# with their values, since the step that failed does not say which term grew.
+LOSS_SCALES = ("learning_rate", "ent_coef", "vf_coef", "munchausen_alpha", "max_grad_norm")
+
+
+def loss_scales(args) -> str:
+    return ", ".join(f"{flag_of(n)} {getattr(args, n)}" for n in LOSS_SCALES if hasattr(args, n))
+
+
 class Run:
     """One training run. The script loads its own state from `checkpoint` and hands it back to checkpoint() and fail()
     as a `state` function; the Run adds the RNGs, flags, run name, script name, train_seconds and perf sums."""
@@ -483,7 +514,8 @@ class Run:
         self.train_seconds += time.time() - self.start_time  # up to now, like the perf sums
         path = os.path.join(self.dir, "checkpoint_nonfinite.pt")
         self._save_and_exit(path, state(), 3, f"error: {error} at global_step {global_step}; state before that step "
-                                              f"saved to {path}. Start again with a lower --learning-rate.")
+                                              f"saved to {path}. Start again with lower values of the flags that "
+                                              f"scale the loss or its steps ({loss_scales(self.args)}).")
 
     def end_training(self) -> None:
         """Count the time since the last checkpoint; from now on a signal (during evaluation) ends the process."""

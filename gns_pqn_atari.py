@@ -467,6 +467,9 @@ def flag_problems(a: Args):
            f"--gns-micro-batches ({a.gns_micro_batches}) so that every L in [L_min, L_max] splits evenly")
     yield (a.adapt or (a.num_envs * a.num_steps) % a.num_minibatches == 0, "the batch --num-envs x --num-steps "
            f"({a.num_envs * a.num_steps}) must be divisible by --num-minibatches ({a.num_minibatches})")
+    L, flag = (a.num_steps_max, "--num-steps-max") if a.adapt else (a.num_steps, "--num-steps")  # the longest update
+    yield U.epochs_problem(gns_update_epochs(L, a.update_epochs, a.epochs_ref_steps, a.gns_fixed_epochs),
+                           f"--update-epochs {a.update_epochs}, --epochs-ref-steps {a.epochs_ref_steps} and {flag} {L}")
     obs_shape = envpool.make_spec(a.env_id).observation_space.shape  # (4, 84, 84): the stacked frames
     yield U.rollout_memory_problem(a, lambda L: Rollout.allocate(L, a.num_envs, obs_shape, "meta").nbytes)
     yield (not a.compile or U.has_cxx(),

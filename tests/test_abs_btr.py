@@ -9,6 +9,7 @@ import runpy
 import signal
 import subprocess
 import sys
+from typing import Optional
 
 import envpool
 import numpy as np
@@ -609,6 +610,31 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(arg
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
     assert os.listdir(tmp_path) == []
+
+
+# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
+# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
+INT_FLAGS = [f.name for f in dataclasses.fields(abs_btr.Args) if f.type in (int, Optional[int])]
+
+
+@pytest.mark.parametrize("name", INT_FLAGS)
+def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
+    flag = "--" + name.replace("_", "-")
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--hidden-size", str(10**9)], f"--hidden-size {10**9}"), (["--num-cosines", str(10**9)], f"--num-cosines {10**9}"),
+    (["--impala", "--maxpool-size", str(10**5)], f"--maxpool-size {10**5}"),
+    (["--impala", "--model-size", "1e5"], "--model-size 100000.0"), (["--num-tau", str(10**9)], f"--num-tau {10**9}")])
+def test_training_memory_names_the_flag_that_is_too_large(argv, named, tmp_path, monkeypatch, capsys):
+    """Below the 10^12 bound, a network or batch too large for memory is refused naming the flag with its value."""
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, named, tmp_path, monkeypatch, capsys)
+
+
+def test_the_int_flags_are_the_counts():
+    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
+    assert len(INT_FLAGS) >= 15
 
 
 def files_of(run_dir):

@@ -10,6 +10,7 @@ import runpy
 import signal
 import subprocess
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -326,6 +327,8 @@ BAD_INPUTS = [
     (["--no-adapt", "--num-steps", str(10**9)], "--num-steps"),
     *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
       for value in ("nan",)],  # check_flags refuses every non-finite float alike
+    (["--update-epochs", "1001"], "--update-epochs"), (["--epochs-ref-steps", "1"], "--epochs-ref-steps"),
+    (["--min-update-epochs", "1001"], "--min-update-epochs"),  # the longest update's epochs above 1000
 ]
 SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
 
@@ -347,6 +350,22 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, flag, tmp_path, m
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
     assert os.listdir(tmp_path) == []
+
+
+# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
+# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
+INT_FLAGS = [f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, Optional[int])]
+
+
+@pytest.mark.parametrize("name", INT_FLAGS)
+def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
+    flag = "--" + name.replace("_", "-")
+    test_bad_input_exits_2_with_one_line_naming_the_flag([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
+
+
+def test_the_int_flags_are_the_counts():
+    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
+    assert len(INT_FLAGS) >= 15
 
 
 def test_help_lists_every_flag(tmp_path):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import gymnasium as gym
 import numpy as np
@@ -713,6 +714,10 @@ BAD_INPUTS = [
     (["--learning-rate", "1e38"], "--learning-rate"), (["--learning-rate", "4e37"], "--learning-rate"),
     (["--num-steps-max", "10000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
     (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
+    (["--update-epochs", "1001"], "--update-epochs"), (["--epochs-ref-steps", "1"], "--epochs-ref-steps"),
+    (["--min-update-epochs", "1001"], "--min-update-epochs"),  # the longest update's epochs above 1000
+    # the rule gives 501 epochs at L_max = 1024, the burn-in keeps the base 1001
+    (["--update-epochs", "1001", "--base-epochs-in-burn-in", "--num-steps-max", "1024"], "--update-epochs"),
     *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
       for value in ("nan", "inf", "-inf")],
 ]
@@ -737,6 +742,22 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(arg
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
     assert os.listdir(tmp_path) == []
+
+
+# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
+# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
+INT_FLAGS = [f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, Optional[int])]
+
+
+@pytest.mark.parametrize("name", INT_FLAGS)
+def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
+    flag = "--" + name.replace("_", "-")
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
+
+
+def test_the_int_flags_are_the_counts():
+    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
+    assert len(INT_FLAGS) >= 15
 
 
 def files_of(run_dir):

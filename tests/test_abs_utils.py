@@ -1,6 +1,7 @@
 """Tests of abs_utils.py, the run machinery every script imports: flag checks and parsing, resume with the
 checkpoint's flags, weights-only checkpoint loading, RNG state, the Run (directory, writer, timing, progress,
 checkpoints, signals, the non-finite stop, results). The scripts' own tests run it end to end on real environments."""
+import argparse
 import dataclasses
 import json
 import os
@@ -123,6 +124,26 @@ def test_in_domain_rows_name_the_flag_and_domain():
     assert [ok for ok, _ in U.in_domain(a, "in [0, 1]", "learning_rate")] == [True]
     assert [ok for ok, _ in U.in_domain(Args(learning_rate=0.0), "in (0, 1]", "learning_rate")] == [False]
     assert [ok for ok, _ in U.in_domain(Args(learning_rate=1.0), "in (0, 1]", "learning_rate")] == [True]
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-every", "--window", "--total-timesteps", "--num-steps-max"])
+def test_a_count_above_10_12_is_refused_naming_the_bound(flag, tmp_path, capsys):
+    """Every integer flag, whatever the script's own rows say: 2^63 would loop for ever or overflow a deque."""
+    for value in (U.MAX_COUNT + 1, 2**63):
+        with pytest.raises(SystemExit) as e:
+            parse(["--output-dir", str(tmp_path / "out"), flag, str(value)])
+        assert e.value.code == 2
+        assert one_error_line(capsys) == f"error: {flag} must be at most 10^12 (no run takes that many steps, " \
+                                          f"iterations or episodes), got {value}"
+    assert not (tmp_path / "out").exists()
+    assert [ok for ok, _ in U.count_problems(Args(window=U.MAX_COUNT, seed=0))] == [True] * 6  # the bound itself
+
+
+def test_the_longest_update_gets_at_most_1000_epochs():
+    assert U.epochs_problem(1000, "--update-epochs 10") == (True, "--update-epochs 10 give 1000 epochs to the "
+                                                             "longest update, more than 1000 (a stop signal waits "
+                                                             "for the update to end)")
+    assert not U.epochs_problem(1001, "--update-epochs 10")[0]
 
 
 def test_help_goes_to_stdout_and_exits_0(capsys):
@@ -435,9 +456,18 @@ def test_a_non_finite_loss_saves_the_state_before_it_and_exits_3(tmp_path, capsy
     run.end_training()
     assert e.value.code == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: non-finite TD loss at global_step 32") and "lower" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: non-finite TD loss at global_step 32"), err
+    # The toy's only loss scale is named with its value; flags it does not have (PPO's --ent-coef) are not.
+    assert err[0].endswith("lower values of the flags that scale the loss or its steps (--learning-rate 0.001).")
     assert U.load_checkpoint(os.path.join(run.dir, "checkpoint_nonfinite.pt"), SCRIPT)["global_step"] == 0
     assert not os.path.exists(run.checkpoint_path)  # checkpoint.pt stays the last good one
+
+
+def test_a_non_finite_loss_names_every_loss_scale_the_script_has():
+    ppo_like = argparse.Namespace(learning_rate=3e-4, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99)
+    assert U.loss_scales(ppo_like) == "--learning-rate 0.0003, --ent-coef 0.01, --vf-coef 0.5, --max-grad-norm 0.5"
+    btr_like = argparse.Namespace(learning_rate=1e-4, munchausen_alpha=0.9, max_grad_norm=10.0, adam_eps=0.005)
+    assert U.loss_scales(btr_like) == "--learning-rate 0.0001, --munchausen-alpha 0.9, --max-grad-norm 10.0"
 
 
 def test_a_resumed_writer_drops_the_events_after_the_checkpoint(tmp_path):
