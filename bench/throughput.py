@@ -25,6 +25,7 @@ Writes bench/results.md and bench/results.json (or --out DIR).
 """
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -38,6 +39,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check
+from runs import out_problem  # noqa: E402
+
 GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
 MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
@@ -253,8 +257,44 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
+
+    def error(self, message):
+        self.exit(2, f"throughput.py: error: {message} (throughput.py --help for the options)\n")
+
+
+def input_problem(args) -> str | None:
+    """The first flag outside its domain, as one line naming it and what it takes, or None. Checked before any
+    run starts: a bad --out or --extra-args found after the runs would throw their minutes away."""
+    if args.rounds is not None and args.rounds < 1:
+        return f"--rounds {args.rounds}: must be an integer >= 1"
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        return f"--scale {args.scale}: must be a finite number > 0"
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 10):
+        return (f"--budget {args.budget}: must be a finite number of seconds > 10 (10 s are kept for the "
+                "environment-only row and the tables)")
+    try:
+        shlex.split(args.extra_args)
+    except ValueError as e:  # an unclosed quote
+        return f"--extra-args {args.extra_args!r}: {e}"
+    for flag, path in (("--out", args.out), ("--keep-logs", args.keep_logs)):
+        problem = path is not None and out_problem(Path(path))
+        if problem:
+            return f"{flag} {path}: {problem}"
+    return None
+
+
+def log_tail(path: Path, n: int = 10) -> str:
+    """The last n lines of a run's output (stdout and stderr), indented: a failed run's cause, printed with it."""
+    try:
+        return "\n".join("    " + line for line in path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "    (no output)"
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small settings that finish in minutes on 2 CPU cores")
     p.add_argument("--rounds", type=int, help="alternation rounds (default: 2 quick, 3 full)")
     p.add_argument("--groups", nargs="+", choices=GROUPS,
@@ -265,15 +305,25 @@ def main(argv=None):
     p.add_argument("--budget", type=float, help="seconds for all runs together; each run is stopped at its share")
     p.add_argument("--keep-logs", help="directory to copy every run's output into (<group><variant>_<round>.log)")
     args = p.parse_args(argv)
+    problem = input_problem(args)
+    if problem:
+        print(f"throughput.py: error: {problem}", file=sys.stderr)
+        return 2
     rounds = args.rounds or (2 if args.quick else 3)
     groups = args.groups or (["pqn", "ppo", "btr"] if args.quick else list(GROUPS))
     table = {g: v for g, v in configs(args.quick).items() if g in groups}
     for g, variants in table.items():
         for name, script, _ in variants:
             if not (ROOT / script).exists():
-                sys.exit(f"error: --groups {g} needs {script}, which is not in {ROOT}")
+                print(f"throughput.py: error: --groups {g} needs {script}, which is not in {ROOT}", file=sys.stderr)
+                return 2
     measured = {g: [[] for _ in v] for g, v in table.items()}
     words = {g: [scaled(flags, args.scale) for _, _, flags in v] for g, v in table.items()}
+    most = max(int(w[w.index("--total-timesteps") + 1]) for ws in words.values() for w in ws)
+    if most > 2**63 - 1:  # what the scripts' (and TensorBoard's) 64-bit step counters hold
+        print(f"throughput.py: error: --scale {args.scale:g}: {most:.3g} total timesteps is more than a 64-bit step "
+              "counter holds", file=sys.stderr)
+        return 2
     limits = {g: [None] * len(v) for g, v in table.items()}
     if args.budget:  # 10 s of it kept for the environment-only row and the tables
         weights = sum(weight(s, f) for v in table.values() for _, s, f in v)
@@ -310,6 +360,9 @@ def main(argv=None):
                           (f"{row['sps']:.0f} SPS" if "sps" in row else f"failed ({row['returncode']})") +
                           (f", stopped at {row['wall_seconds']:.0f} s" if row["stopped"] else "") +
                           (f", {row['steps']} steps" if "steps" in row else ""), flush=True)
+                    if "sps" not in row:  # its cause here, not only in results.json
+                        print(f"  command: {row['command']}\n  last lines of its output:\n{log_tail(out / 'log.txt')}",
+                              flush=True)
     num_envs = 16 if args.quick else 128
     results = {
         "mode": ("quick" if args.quick else "full") + (f", steps x {args.scale}" if args.scale != 1 else ""),

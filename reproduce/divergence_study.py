@@ -28,8 +28,7 @@ from events import load_run_events  # noqa: E402
 from figures import band_rows, grid, legend_or_note, save  # noqa: E402  (it sets matplotlib's Agg backend)
 import matplotlib.pyplot as plt  # noqa: E402
 from measures import final_training_return  # noqa: E402
-from report import out_problem  # noqa: E402
-from runs import RETURN_TAG, add_run, find_runs  # noqa: E402
+from runs import RETURN_TAG, add_run, find_runs, out_problem  # noqa: E402
 from sections import fmt, md_table  # noqa: E402
 
 KL, ESS, ITERATION = "adapt/kl", "adapt/divergence_ess", "losses/policy_loss"

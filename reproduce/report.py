@@ -23,7 +23,6 @@ the figures. This file holds the command line and the order of the report's sect
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -33,7 +32,8 @@ from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, burn_in, early_late, final_training_return, improvement_rates,  # noqa: E402
                       normalized, not_reached, per_seed)
-from runs import BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, reference_pairs  # noqa: E402
+from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, out_problem,  # noqa: E402
+                  reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
                       improvement_section, left_out_line, metric_section, per_game_iqm_section)
 
@@ -139,23 +139,6 @@ def parse_args(argv=None):
         p.error(f"--total-timesteps {args.total_timesteps}: must be at least 1")
     args.runs = runs
     return args
-
-
-def out_problem(out: Path) -> str | None:
-    """Why --out cannot be the report's directory (it is a file, lies below a file, or cannot be written), or None.
-    Nothing is created: the directory is made only when the report is written."""
-    if out.exists() and not out.is_dir():
-        return "is a file, not a directory"
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        if existing.is_symlink():
-            return f"{existing} is a broken symbolic link"
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, so no directory can be made below it"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{'it' if existing == out else existing} is not writable"
-    return None
 
 
 def main(argv=None) -> int:

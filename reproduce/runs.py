@@ -268,3 +268,20 @@ def reached(run: Run) -> str:
     "the end of 20,000,000 steps" for a complete one."""
     return f"{run.stop_step:,} of {run.total_timesteps:,} steps" if not run.complete else \
         f"the end of {run.total_timesteps:,} steps"
+
+
+def out_problem(out: Path) -> str | None:
+    """Why --out cannot be a tool's output directory (it is a file, lies below a file, or cannot be written), or None.
+    Nothing is created: the directory is made only when the report is written."""
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory"
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            return f"{existing} is a broken symbolic link"
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so no directory can be made below it"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{'it' if existing == out else existing} is not writable"
+    return None

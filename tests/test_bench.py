@@ -154,3 +154,45 @@ def test_gpu_summary_counts_verdicts_and_names_the_key_numbers(tmp_path):
                      "- PQN fixed L=32: 1000 SPS, steady **1100**, peak CUDA 1024 MiB",
                      "- PQN + ABS: 990 SPS, steady **1045**, 0.950 x PQN fixed L=32, stopped at its time limit in 1 round(s)",
                      "- PQN + GNS: **no result** (RuntimeError: boom)"]
+
+
+# Every numeric flag of throughput.py at values outside its domain, and the flags naming paths or other flags.
+BAD_INPUTS = [(["--rounds", v], "--rounds") for v in ("-1", "0", "nan", "inf", "x", "1.5")] + \
+    [(["--scale", v], "--scale") for v in ("-1", "0", "nan", "inf", "-inf", "x", "1e300")] + \
+    [(["--budget", v], "--budget") for v in ("-1", "0", "10", "nan", "inf", "x")] + \
+    [(["--extra-args", '"--no-cuda'], "--extra-args '\"--no-cuda': No closing quotation"),
+     (["--extra-args=--x 'y"], "--extra-args \"--x 'y\": No closing quotation"),
+     (["--out", "FILE"], "--out FILE: is a file, not a directory"),
+     (["--out", "FILE/sub"], "--out FILE/sub: FILE is a file, so no directory can be made below it"),
+     (["--keep-logs", "FILE"], "--keep-logs FILE: is a file, not a directory"),
+     (["--groups", "nope"], "argument --groups: invalid choice: 'nope'")]
+
+
+@pytest.mark.parametrize("argv,message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, argv, message):
+    """Checked before the first run starts (a bad --out was found only after the runs), and nothing is written."""
+    (tmp_path / "FILE").write_text("x")
+    argv = [a.replace("FILE", str(tmp_path / "FILE")) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "throughput.py"), "--quick", *argv],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1, p
+    assert p.stderr.startswith("throughput.py: error: ") and message.replace("FILE", str(tmp_path / "FILE")) in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["FILE"] and (tmp_path / "FILE").read_text() == "x"
+
+
+def test_a_failed_run_prints_its_command_and_its_last_output(tmp_path):
+    """The cause of a failure is on the console beside the run, not only in results.json."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "throughput.py"), "--quick", "--groups", "ppo",
+                        "--rounds", "1", "--scale", "0.01", "--extra-args", "--learning-rate -1 --no-cuda", "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    for name, flags in (("PPO fixed L=2048", "--no-adapt --num-steps 2048 "), ("PPO + ABS", "")):
+        block = p.stdout.split(f"round 1/1 {name}: failed (2)\n")[1].splitlines()[:3]
+        assert block[0].startswith("  command: python abs_ppo_mujoco.py --env-id HalfCheetah-v5 ") and \
+            block[0].endswith(f"{flags}--learning-rate -1 --no-cuda"), block
+        # (the script's own wording of the refusal is its business: only that it is shown)
+        assert block[1] == "  last lines of its output:" and block[2].startswith("    error: --learning-rate "), block
+    assert p.stderr.endswith("failed: PPO fixed L=2048, PPO + ABS\n")

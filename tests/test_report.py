@@ -1051,12 +1051,12 @@ def test_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch
     write_run(tmp_path / "A" / "a", "Amidar-v5", 1, 100.0)
     argv = ["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "new" / "out"), "--reps", "20"]
     real = os.access
-    monkeypatch.setattr(report.os, "access", lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
+    monkeypatch.setattr(runs.os, "access", lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
     assert report.main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"report.py: --out {tmp_path / 'new' / 'out'}: {tmp_path} is not writable\n"
     assert not (tmp_path / "new").exists()
-    monkeypatch.setattr(report.os, "access", real)
+    monkeypatch.setattr(runs.os, "access", real)
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "new" / "out" / "report.md"))
