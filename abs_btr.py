@@ -15,6 +15,8 @@ update, exploration); this script's flag checks and evaluation; the training loo
 (flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a copy of this script takes
 along.
 """
+import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+
 import copy
 import math
 import os
@@ -27,8 +29,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -471,6 +471,11 @@ class ReplayBuffer:
                 "pos": int(self.pos), "rows_written": int(self.rows_written)}
 
     def load_state_dict(self, state):
+        for k in (*self.FIELDS, "tree"):  # checked first: a buffer of another size would fail later, mid-training
+            have = (self.tree.tree if k == "tree" else getattr(self, k))
+            if tuple(state[k].shape) != have.shape or state[k].numpy().dtype != have.dtype:
+                raise ValueError(f"replay {k} is {state[k].numpy().dtype}{list(state[k].shape)}, "
+                                 f"this run's is {have.dtype}{list(have.shape)}")
         for k in self.FIELDS:
             setattr(self, k, state[k].numpy())  # adopt the loaded arrays: no second copy of a GB-sized buffer
         self.tree.tree = state["tree"].numpy()
@@ -838,13 +843,14 @@ if __name__ == "__main__":
 
     global_step, grad_steps = 0, 0
     if checkpoint is not None:
-        q_network.load_state_dict(checkpoint["q_network"])
-        target_network.load_state_dict(checkpoint["target_network"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
+        U.load_state(args.resume, checkpoint, "q_network", q_network.load_state_dict)
+        U.load_state(args.resume, checkpoint, "target_network", target_network.load_state_dict)
+        U.load_state(args.resume, checkpoint, "optimizer", optimizer.load_state_dict)
+        U.load_state(args.resume, checkpoint, "scheduler", scheduler.load_state_dict)
         global_step, grad_steps = checkpoint["global_step"], checkpoint["grad_steps"]
         if "replay" in checkpoint:  # popped: the Run keeps the checkpoint, and the buffer may be gigabytes
-            replay.load_state_dict(checkpoint.pop("replay"))
+            U.load_state(args.resume, checkpoint, "replay", replay.load_state_dict)
+            del checkpoint["replay"]
             note = f"replay buffer restored ({replay.num_transitions} transitions)"
         else:
             note = f"no replay buffer in the checkpoint: refilling {args.learning_starts} transitions before learning"

@@ -13,6 +13,8 @@ this script was written from.
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks
 and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
 """
+import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+
 import copy
 import math
 import os
@@ -26,8 +28,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributions.categorical import Categorical
-
-import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -464,9 +464,9 @@ if __name__ == "__main__":
 
     global_step, iteration = 0, 0
     if checkpoint is not None:
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
+        U.load_state(args.resume, checkpoint, "agent", agent.load_state_dict)
+        U.load_state(args.resume, checkpoint, "optimizer", optimizer.load_state_dict)
+        U.load_state(args.resume, checkpoint, "scheduler", scheduler.load_state_dict)
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
         print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "
               f"seeded with {run.env_seed})")

@@ -12,6 +12,8 @@ of the ratios pi_new / pi_old at the actions the old policy took (docs/study-muj
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks,
 normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
 """
+import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+
 import copy
 import functools
 import math
@@ -27,8 +29,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch.distributions.normal import Normal
-
-import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -488,7 +488,10 @@ def rms_state(rms):
 
 
 def set_rms_state(rms, state):
-    rms.mean, rms.var = (torch.as_tensor(state[k], dtype=torch.float64).numpy().copy() for k in ("mean", "var"))
+    mean, var = (torch.as_tensor(state[k], dtype=torch.float64).numpy().copy() for k in ("mean", "var"))
+    if mean.shape != np.shape(rms.mean) or var.shape != np.shape(rms.var):  # another env's statistics
+        raise ValueError(f"statistics of shape {list(mean.shape)}, this env's are {list(np.shape(rms.mean))}")
+    rms.mean, rms.var = mean, var
     rms.count = float(state["count"])
 
 
@@ -555,10 +558,10 @@ if __name__ == "__main__":
 
     global_step, iteration, L_moved = 0, 0, False  # L_moved: L has left L_min (--base-epochs-in-burn-in)
     if checkpoint is not None:
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        set_normalization_state(envs, checkpoint["normalization"])
+        U.load_state(args.resume, checkpoint, "agent", agent.load_state_dict)
+        U.load_state(args.resume, checkpoint, "optimizer", optimizer.load_state_dict)
+        U.load_state(args.resume, checkpoint, "scheduler", scheduler.load_state_dict)
+        U.load_state(args.resume, checkpoint, "normalization", functools.partial(set_normalization_state, envs))
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
         L_moved = checkpoint.get("L_moved", False)  # (absent before --base-epochs-in-burn-in existed: it was off)
         print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "

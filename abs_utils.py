@@ -12,7 +12,38 @@ lives), device, TensorBoard writer, per-phase timings and stop signals through t
 
 docs/CONVENTIONS.md has the contract. A script copied to another folder takes this file along.
 """
-import contextlib
+import os
+import signal
+import sys
+
+
+# ================================================================ stop signals outside the training loop
+# Imported first by the scripts, so these lines run before torch's and envpool's imports, the slow first second.
+# The training loop checkpoints on a signal (Run.checkpoint); outside it there is nothing to save, or it is saved
+# (training is checkpointed at its end, before the evaluation), so the process ends at once, with one line.
+_OUTSIDE_LOOP = {"when": "before training started", "then": "nothing was saved; run the same command again"}
+_exit = os._exit  # not sys.exit: unwinding with envpool's evaluation threads alive can crash the interpreter
+
+
+def _stop_outside_loop(signum, frame):
+    print(f"stopped by signal {signum} {_OUTSIDE_LOOP['when']}: {_OUTSIDE_LOOP['then']}", flush=True)
+    sys.stderr.flush()
+    _exit(128 + signum)
+
+
+def stop_outside_loop(when: str, then: str) -> None:
+    """From now on SIGINT/SIGTERM print 'stopped by signal <n> <when>: <then>' and exit 128 + n (130, 143) at once."""
+    _OUTSIDE_LOOP.update(when=when, then=then)
+    signal.signal(signal.SIGINT, _stop_outside_loop)
+    signal.signal(signal.SIGTERM, _stop_outside_loop)
+
+
+# A script of this folder run as a program (not a test or a tool importing this file) gets them from its first line.
+_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+if _main_file and os.path.dirname(os.path.abspath(_main_file)) == os.path.dirname(os.path.abspath(__file__)):
+    stop_outside_loop("before training started", "nothing was saved; run the same command again")
+
+import contextlib  # noqa: E402 (after the handlers: the imports below take most of the first second)
 import dataclasses
 import fcntl
 import importlib.util
@@ -20,11 +51,9 @@ import io
 import itertools
 import json
 import math
-import os
 import random
+import re
 import shutil
-import signal
-import sys
 import time
 import typing
 from typing import Callable, Iterable, Iterator, Optional
@@ -185,6 +214,34 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def refuse(message: str) -> typing.NoReturn:
+    """Bad input found after parsing (a checkpoint's contents): one line on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def describe_error(e: Exception, limit: int = 300) -> str:
+    """An exception as one short line: torch's load_state_dict lists every mismatch on its own line; the first is
+    named, with how many more there are."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if isinstance(e, KeyError):
+        lines = [f"no {e.args[0]!r}" if e.args else "a missing key"]
+    lines = [line for line in lines if not line.startswith("Error(s) in loading")] or [type(e).__name__]
+    text = lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_state(path: str, checkpoint: dict, key: str, load: Callable[[typing.Any], typing.Any]) -> None:
+    """load(checkpoint[key]) (a network's, optimizer's or scheduler's load_state_dict, which checks its own shapes
+    and keys), with what does not fit (weights of another network or env, an empty or damaged state) as one line
+    naming the checkpoint, exit 2. Call it before anything is written, so that a refused resume changes nothing."""
+    try:
+        load(checkpoint[key])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+        refuse(f"--resume: {path}'s {key!r} does not fit this run ({describe_error(e)}); the checkpoint is of "
+               "another network or environment, or damaged")
+
+
 def load_checkpoint(path: str, script: str) -> dict:
     """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
     (which could run code while it is unpickled) is refused without being built."""
@@ -229,11 +286,35 @@ def check_checkpoint(path: str, checkpoint: dict, cls, state: dict) -> None:
         if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
             raise ValueError(f"--resume: {path!r} has no valid {key!r} ({type(checkpoint.get(key)).__name__}); "
                              "it is damaged or not a checkpoint of this script")
+        # counters (global_step, iteration, grad_steps) and timings: a negative one is no step a run could reach
+        if kind in (int, (int, float)) and not (0 <= checkpoint[key] < math.inf):
+            raise ValueError(f"--resume: {path!r} holds {key} = {checkpoint[key]!r}, which must be a finite number "
+                             ">= 0; it is damaged or not a checkpoint of this script")
     hints = typing.get_type_hints(cls)
     for name, value in checkpoint["args"].items():
         if name in hints and not is_a(value, hints[name]):
             raise ValueError(f"--resume: {path!r} holds {flag_of(name)} = {value!r}, which is not a "
                              f"{getattr(hints[name], '__name__', hints[name])}")
+
+
+def given_flags(argv) -> set:
+    """The flags written on the command line (--flag, --flag=value, --no-flag, with - or _), as attribute names."""
+    names = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0].replace("-", "_")
+            names |= {name, name[3:]} if name.startswith("no_") else {name}
+    return names
+
+
+def result_step(run_dir: str) -> Optional[int]:
+    """The global_step of the run directory's eval_results.json; None without one or when it cannot be read."""
+    try:
+        with open(os.path.join(run_dir, "eval_results.json")) as f:
+            step = json.load(f)["global_step"]
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=None):
@@ -242,13 +323,20 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
     would change the algorithm mid-run). A new run gets a free, writable run directory of its own."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args, checkpoint = tyro_cli(cls, argv), None
+    saved, evaluated, pending = {}, None, False
     try:
         if args.resume is not None:
             checkpoint = load_checkpoint(args.resume, script)
             check_checkpoint(args.resume, checkpoint, cls, state)
+            step, old = checkpoint["global_step"], checkpoint["args"]
+            # A checkpoint at its own stop is the run's last; without a result at its step (eval_results.json), its
+            # evaluation was stopped (a signal) or crashed, and the resume is that evaluation, at the same stop.
+            evaluated = result_step(os.path.dirname(os.path.abspath(args.resume)))
+            own_stop = min(old.get("stop_at_step") or math.inf, old.get("total_timesteps") or math.inf)
+            pending = step >= own_stop and (evaluated is None or evaluated < step)
             # Every flag but the stop comes from the checkpoint: a resumed prefix run (--stop-at-step) runs on to
             # the end of its --total-timesteps unless a later stop is given again.
-            saved = {k: v for k, v in checkpoint["args"].items() if k in vars(args) and k != "stop_at_step"}
+            saved = {k: v for k, v in old.items() if k in vars(args) and (k != "stop_at_step" or pending)}
             args = tyro_cli(cls, argv, default=dataclasses.replace(args, **saved))
             ignored = [f"{flag_of(k)} {getattr(args, k)} (checkpoint: {v})" for k, v in saved.items()
                        if k not in run_control_flags and getattr(args, k) != v]
@@ -257,14 +345,30 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
                       file=sys.stderr)
             kept = {k: v for k, v in saved.items() if k not in run_control_flags}
             args = dataclasses.replace(args, **{**kept, "run_name": checkpoint["run_name"]})
-        check_flags(args, problems)
+        try:
+            check_flags(args, problems)
+        except ValueError as e:  # a value the user never typed is named as the checkpoint's
+            from_checkpoint = sorted({flag for flag in re.findall(r"--[a-z0-9][a-z0-9-]*", str(e))
+                                      if flag[2:].replace("-", "_") in set(saved) - given_flags(argv)})
+            if not from_checkpoint:
+                raise
+            raise ValueError(f"{e}; {', '.join(from_checkpoint)} comes from the checkpoint {args.resume}, not from the "
+                             "command line (the file is damaged or was written by another version)") from None
         if checkpoint is not None and args.total_timesteps < checkpoint["global_step"]:
             raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
                              f"({checkpoint['global_step']}): give at least that many to --resume")
         stop = getattr(args, "stop_at_step", None)
-        if checkpoint is not None and stop is not None and stop <= checkpoint["global_step"]:
+        if (checkpoint is not None and stop is not None and stop <= checkpoint["global_step"]
+                and not (pending and stop == saved.get("stop_at_step"))):  # (its own stop: evaluated again)
             raise ValueError(f"--stop-at-step ({stop}) must be above the checkpoint's global_step "
                              f"({checkpoint['global_step']}): the run has reached it already")
+        if (checkpoint is not None and evaluated is not None and evaluated >= checkpoint["global_step"]
+                and checkpoint["global_step"] >= min(stop or math.inf, args.total_timesteps)):
+            # Resuming it would evaluate it again and overwrite its result, or with --eval-episodes 0 empty it.
+            raise ValueError(f"--resume: {os.path.dirname(os.path.abspath(args.resume))} is a finished run "
+                             f"(its checkpoint and eval_results.json are at global_step {checkpoint['global_step']}): "
+                             "nothing to resume. To train on, give a larger --total-timesteps; to evaluate it again, "
+                             "move its eval_results.json aside first")
         if checkpoint is None:
             flag = "--run-name" if args.run_name else "--exp-name"
             args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -283,8 +387,7 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
                     raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
                                      f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        refuse(str(e))
     return args, checkpoint
 
 
@@ -384,6 +487,9 @@ class Run:
                 "is in use by another live run" if isinstance(e, BlockingIOError) else f"cannot be written "
                 f"({e.strerror})"), file=sys.stderr)
             sys.exit(2)
+        if checkpoint is not None:  # a signal before the loop: the checkpoint is untouched (nothing is written yet)
+            stop_outside_loop("before training resumed", f"{self.checkpoint_path} is unchanged (global_step "
+                              f"{checkpoint['global_step']}); resume it again with --resume {self.checkpoint_path}")
         random.seed(args.seed)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
@@ -406,10 +512,14 @@ class Run:
         """Restore a resumed run's RNGs and timings, open the event file (dropping the events logged after the
         checkpoint, or on a new run all earlier ones) and catch SIGTERM/SIGINT."""
         if self.resumed_from is not None:
+            try:  # before anything is written: a damaged RNG state is one line, exit 2
+                set_rng_state(self.resumed_from["rng"], self.device)
+            except (KeyError, ValueError, TypeError, RuntimeError, AttributeError, IndexError) as e:
+                refuse(f"--resume: {self.checkpoint_path} holds an RNG state that cannot be restored "
+                       f"({describe_error(e)}); it is damaged or not a checkpoint of this script")
             self._keep_earlier_result(global_step)
             self.train_seconds = self.resumed_from["train_seconds"]
             self.perf.update(self.resumed_from["perf"])
-            set_rng_state(self.resumed_from["rng"], self.device)
         self.writer = SummaryWriter(self.dir, purge_step=global_step + 1 if self.resumed_from is not None else 0)
         if self.resumed_from is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
@@ -429,7 +539,10 @@ class Run:
                     step = int(json.load(f)["global_step"])
             except (OSError, ValueError, KeyError, TypeError):
                 step = global_step
-            kept = os.path.join(self.dir, f"eval_results_at_{step}.json")
+            kept, n = os.path.join(self.dir, f"eval_results_at_{step}.json"), 1
+            while os.path.exists(kept):  # a record kept before (the same step evaluated twice) stays as it is
+                n += 1
+                kept = os.path.join(self.dir, f"eval_results_at_{step}_{n}.json")
             os.replace(path, kept)
             print(f"kept the earlier result (at global_step {step}) as {kept}")
 
@@ -518,10 +631,11 @@ class Run:
                                               f"scale the loss or its steps ({loss_scales(self.args)}).")
 
     def end_training(self) -> None:
-        """Count the time since the last checkpoint; from now on a signal (during evaluation) ends the process."""
+        """Count the time since the last checkpoint; from now on a signal (during the evaluation) ends the process
+        with one line: training is in the checkpoint written at its end, and --resume of it evaluates again."""
         self.train_seconds += time.time() - self.start_time
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop_outside_loop("during the evaluation", f"training is saved in {self.checkpoint_path} (global_step "
+                          f"{self.start_step}, its end); --resume {self.checkpoint_path} evaluates it again")
 
     def save_model(self, obj: dict) -> None:  # model.pt
         atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args)})
@@ -531,6 +645,7 @@ class Run:
         summary = summarize_eval(returns, lengths, capped)
         if summary["episodes"]:
             self.writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+            self.writer.flush()  # before the result is written: a signal after it loses nothing
             print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
                   f"({summary['capped']} hit the step cap)")
             if 2 * summary["capped"] > summary["episodes"]:
@@ -543,6 +658,7 @@ class Run:
                        "complete": global_step >= args.total_timesteps,
                        "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)}, f, indent=2)
         os.replace(f"{path}.tmp", path)
+        stop_outside_loop("after the evaluation", f"the result is saved in {path}")
         self.writer.close()
         if args.track:
             sys.modules["wandb"].finish()

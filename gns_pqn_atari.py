@@ -12,6 +12,8 @@ Reading order: Args; the GNS schedule, then PQN; this script's flag checks and e
 the bottom. The run machinery (flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a
 copy of this script takes along.
 """
+import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+
 import math
 import os
 import time
@@ -24,8 +26,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import abs_utils as U
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
@@ -514,9 +514,9 @@ if __name__ == "__main__":
 
     global_step, iteration = 0, 0
     if checkpoint is not None:
-        q_network.load_state_dict(checkpoint["q_network"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
+        U.load_state(args.resume, checkpoint, "q_network", q_network.load_state_dict)
+        U.load_state(args.resume, checkpoint, "optimizer", optimizer.load_state_dict)
+        U.load_state(args.resume, checkpoint, "scheduler", scheduler.load_state_dict)
         global_step, iteration = checkpoint["global_step"], checkpoint["iteration"]
         print(f"resumed {run.checkpoint_path} at global_step {global_step} (environments restart from a reset "
               f"seeded with {run.env_seed})")
