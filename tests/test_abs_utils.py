@@ -602,3 +602,141 @@ def test_quota_plays_equal_shares_and_first_finished_the_first_games_to_end():
     assert (returns, lengths) == ([1.0, 2.0, 3.0, 1.0], [2, 2, 2, 2])
     with pytest.raises(ValueError, match="protocol"):
         U.play_atari_games(GamesOfFixedLength([2]), act, 1, None, "first")
+
+
+# ------------------------------------------------------------------ outside the loop, finished runs, checkpoint contents
+@pytest.fixture
+def restore_signal_handlers():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_a_signal_outside_the_loop_is_one_line_and_exit_128_plus_n(tmp_path, capsys, monkeypatch,
+                                                                     restore_signal_handlers):
+    """Before a resumed run's loop the checkpoint is untouched; after training (the evaluation) it is saved and a
+    resume evaluates again. (The scripts' own processes: tests/test_hardening_runs.py.)"""
+    exits = []
+    monkeypatch.setattr(U, "_exit", exits.append)  # the handler ends the process at once; here it only records
+    saved = Args(run_name="r", total_timesteps=640)
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved, global_step=320)
+    args, checkpoint = parse(["--resume", ckpt])
+    run = U.Run(args, checkpoint, SCRIPT, phases=("env",))
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert exits == [143] and capsys.readouterr().out.strip() == (
+        f"stopped by signal 15 before training resumed: {ckpt} is unchanged (global_step 320); resume it again with "
+        f"--resume {ckpt}")
+    run.begin(320)
+    run.checkpoint(640, 320, lambda: {"global_step": 640, "iteration": 1})  # the end: checkpointed
+    run.end_training()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert exits == [143, 130] and capsys.readouterr().out.strip() == (
+        f"stopped by signal 2 during the evaluation: training is saved in {ckpt} (global_step 640, its end); "
+        f"--resume {ckpt} evaluates it again")
+    run.finish(640, [1.0], [10], 0)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert exits[-1] == 143 and "after the evaluation: the result is saved in" in capsys.readouterr().out
+
+
+def write_result(run_dir, global_step):
+    (run_dir / "eval_results.json").write_text(json.dumps({"global_step": global_step, "eval": {"episodes": 1}}))
+
+
+def test_a_finished_run_is_refused_and_one_stopped_in_its_evaluation_is_evaluated_again(tmp_path, capsys):
+    saved = Args(run_name="r", total_timesteps=640)
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved, global_step=640)
+    args, checkpoint = parse(["--resume", ckpt])  # no result: its evaluation was stopped, the resume is that
+    assert checkpoint["global_step"] == 640 and args.total_timesteps == 640
+    write_result(tmp_path / "r", 640)
+    for extra in ([], ["--total-timesteps", "640"], ["--log-every-seconds", "1"]):
+        with pytest.raises(SystemExit) as e:
+            parse(["--resume", ckpt, *extra])
+        line = one_error_line(capsys)
+        assert e.value.code == 2 and line == (
+            f"error: --resume: {tmp_path / 'r'} is a finished run (its checkpoint and eval_results.json are at "
+            "global_step 640): nothing to resume. To train on, give a larger --total-timesteps; to evaluate it "
+            "again, move its eval_results.json aside first")
+    assert parse(["--resume", ckpt, "--total-timesteps", "1280"])[0].total_timesteps == 1280  # extended: trains on
+    write_result(tmp_path / "r", 320)  # a result of an earlier step: this checkpoint's evaluation is still due
+    assert parse(["--resume", ckpt])[1]["global_step"] == 640
+
+
+@dataclass
+class StopArgs(Args):
+    stop_at_step: Optional[int] = None
+
+
+def test_a_prefix_checkpoint_without_its_result_keeps_its_stop_and_with_it_runs_on(tmp_path, capsys):
+    def parse_stop(argv):
+        return U.parse_args(StopArgs, SCRIPT, problems, (*RUN_CONTROL, "stop_at_step"), STATE, argv)
+
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", StopArgs(run_name="r", stop_at_step=320),
+                            global_step=320)
+    assert parse_stop(["--resume", ckpt])[0].stop_at_step == 320  # evaluated again at its stop
+    assert parse_stop(["--resume", ckpt, "--stop-at-step", "480"])[0].stop_at_step == 480  # a given stop wins
+    write_result(tmp_path / "r", 320)
+    assert parse_stop(["--resume", ckpt])[0].stop_at_step is None  # evaluated: on to --total-timesteps
+    with pytest.raises(SystemExit):
+        parse_stop(["--resume", ckpt, "--stop-at-step", "320"])
+    assert "must be above the checkpoint's global_step" in one_error_line(capsys)
+
+
+def test_an_earlier_result_at_the_same_step_is_never_overwritten(tmp_path, capsys):
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r"), global_step=320)
+    (tmp_path / "r" / "eval_results_at_320.json").write_text("first")
+    write_result(tmp_path / "r", 320)
+    run = U.Run(*parse(["--resume", ckpt]), SCRIPT, phases=("env",))
+    run._keep_earlier_result(320)
+    assert (tmp_path / "r" / "eval_results_at_320.json").read_text() == "first"
+    assert json.loads((tmp_path / "r" / "eval_results_at_320_2.json").read_text())["global_step"] == 320
+    assert not (tmp_path / "r" / "eval_results.json").exists()
+    run.lock.close()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"global_step": -1}, "holds global_step = -1, which must be a finite number >= 0"),
+    ({"iteration": -3}, "holds iteration = -3, which must be a finite number >= 0"),
+    ({"train_seconds": -1.0}, "holds train_seconds = -1.0"),
+    ({"train_seconds": float("nan")}, "holds train_seconds = nan"),
+])
+def test_negative_counters_in_a_checkpoint_are_refused_before_anything_is_created(tmp_path, capsys, extra, needle):
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r"), **extra)
+    with pytest.raises(SystemExit) as e:
+        parse(["--resume", ckpt])
+    line = one_error_line(capsys)
+    assert e.value.code == 2 and line.startswith(f"error: --resume: {ckpt!r} ") and needle in line, line
+    assert os.listdir(tmp_path / "r") == ["checkpoint.pt"]
+
+
+def test_a_bad_flag_value_from_a_checkpoint_is_named_as_the_checkpoints(tmp_path, capsys):
+    ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r", learning_rate=-1.0))
+    with pytest.raises(SystemExit):
+        parse(["--resume", ckpt])
+    assert one_error_line(capsys) == (f"error: --learning-rate must be > 0, got -1.0; --learning-rate comes from the "
+                                      f"checkpoint {ckpt}, not from the command line (the file is damaged or was "
+                                      "written by another version)")
+    ckpt = write_checkpoint(tmp_path / "s" / "checkpoint.pt", Args(run_name="s"))  # typed: no mention of it
+    with pytest.raises(SystemExit):
+        parse(["--resume", ckpt, "--total-timesteps", "0"])
+    assert one_error_line(capsys) == "error: --total-timesteps must be >= 1, got 0"
+    assert U.given_flags(["--no-cuda", "--total_timesteps=5", "x", "--seed", "1"]) == {
+        "no_cuda", "cuda", "total_timesteps", "seed"}
+
+
+def test_load_state_turns_what_does_not_fit_into_one_line(capsys):
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    other = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2)).state_dict()
+    for key, state, load, needle in [
+        ("net", other, net.load_state_dict, "size mismatch for 0.weight: copying a param with shape "
+                                             "torch.Size([3, 5]) from checkpoint"),
+        ("net", {}, net.load_state_dict, 'Missing key(s) in state_dict: "0.weight"'),
+        ("optimizer", {}, torch.optim.Adam(net.parameters()).load_state_dict, "no 'param_groups'"),
+        ("scheduler", {"history": []}, lambda s: float(s["L"]), "no 'L'"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            U.load_state("c.pt", {key: state}, key, load)
+        line = one_error_line(capsys)
+        assert e.value.code == 2 and line.startswith(f"error: --resume: c.pt's {key!r} does not fit this run (")
+        assert needle in line and len(line) <= 400, line
+    U.load_state("c.pt", {"net": net.state_dict()}, "net", net.load_state_dict)  # what fits loads
