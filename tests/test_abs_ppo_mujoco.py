@@ -449,6 +449,25 @@ def test_end_to_end_on_a_v4_task(tmp_path):
     assert np.isfinite(res["eval"]["mean"]) and 0 < res["eval"]["lengths"][0] <= 1000
 
 
+def test_a_v4_run_leaves_no_mujoco_log_in_the_working_directory_and_no_notice_on_stderr(tmp_path):
+    """MuJoCo's default handler appends the -v4 XML's 'settotalmass' deprecation to MUJOCO_LOG.TXT in the current
+    directory, and gymnasium warns that -v4 is out of date: the project runs v4 on purpose, so neither appears."""
+    r = run_script(["--env-id", "HalfCheetah-v4", "--num-steps-min", "64", "--num-steps-max", "64", "--num-minibatches",
+                    "2", "--total-timesteps", "128", "--eval-episodes", "1", "--no-cuda", "--output-dir", "out",
+                    "--run-name", "cheetah"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert sorted(os.listdir(tmp_path)) == ["out"] and not list(tmp_path.rglob("MUJOCO_LOG.TXT"))
+    assert "out of date" not in r.stderr and "settotalmass" not in r.stdout + r.stderr, r.stderr
+    assert (tmp_path / "out" / "cheetah" / "eval_results.json").exists()
+
+
+def test_other_mujoco_warnings_still_reach_stderr(capsys):
+    ppo.mujoco_warning("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
+    ppo.mujoco_warning("compiler attribute 'settotalmass' is deprecated and will be removed in a future release")
+    assert capsys.readouterr().err == "warning: MuJoCo: Nan, Inf or huge value in QACC at DOF 0. The simulation is " \
+                                      "unstable.\n"
+
+
 @pytest.fixture(scope="module")
 def abs_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("abs")
