@@ -618,6 +618,17 @@ def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(tmp_pat
     assert 0 < failed["global_step"] < 2000 and not (tmp_path / "nan" / "eval_results.json").exists()
 
 
+def test_a_non_finite_loss_from_the_entropy_weight_names_it_not_only_the_learning_rate(tmp_path):
+    # --ent-coef 1e38 makes the loss overflow float32 at the default learning rate: the line names every flag that
+    # scales the loss or its steps, with its value, and does not point at --learning-rate alone.
+    p = run_script([*TINY, "--ent-coef", "1e38", "--output-dir", str(tmp_path), "--run-name", "nan"])
+    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("Start again with lower values of the flags that scale the loss or "
+                                                 "its steps (--learning-rate 0.0003, --ent-coef 1e+38, --vf-coef 0.5, "
+                                                 "--max-grad-norm 0.5)."), lines
+
+
 def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     run_dir, _ = abs_run
     copy_dir = tmp_path / "abs"
