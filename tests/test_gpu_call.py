@@ -76,7 +76,8 @@ def imported(path: Path) -> set[str]:
 
 def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
     """module -> the files that import it, over the files and the repository's modules they import in turn
-    (found beside the importing file or in the repository's root, as the call's sys.path finds them)."""
+    (found beside the importing file, in the repository's root or in reproduce/, which bench/throughput.py puts on
+    sys.path for the tools' checks, as the call's sys.path finds them)."""
     seen, todo, found = set(), list(files), {}
     while todo:
         path = todo.pop()
@@ -84,7 +85,8 @@ def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
             continue
         seen.add(path)
         for name in imported(path):
-            local = [d / f"{name}.py" for d in (path.parent, ROOT) if (d / f"{name}.py").is_file()]
+            local = [d / f"{name}.py" for d in (path.parent, ROOT, ROOT / "reproduce")
+                     if (d / f"{name}.py").is_file()]
             if local:
                 todo.append(local[0])
             elif name not in sys.stdlib_module_names:
