@@ -32,10 +32,11 @@ SCRIPTS = {  # script -> (tiny training flags, the network's key in the checkpoi
     "abs_ppo_mujoco.py": (["--env-id", "Hopper-v4", "--num-envs", "1", "--num-minibatches", "2", "--no-adapt",
                            "--num-steps", "64", "--update-epochs", "1", "--total-timesteps", "128"], "agent"),
     "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "200",
-                    "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
+                    "--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
                     "--total-timesteps", "64", *ATARI_EVAL], "q_network"),
 }
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
+GENERIC_IN = "abs_pqn_atari.py"  # the script that also runs the cases abs_utils handles alike for all
 
 
 def script_cmd(script, *argv):
@@ -112,7 +113,8 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
     assert not [n for n in os.listdir(tmp_path / "r") if n.startswith("eval_results_at_")]
 
     before = files_of(tmp_path / "r")  # a finished run: refused, however it is resumed, and left as it was
-    for extra in ([], ["--eval-episodes", "0"], ["--eval-episodes", "3"]):
+    # abs_utils.parse_args refuses it for every script alike: the variants once, in one script
+    for extra in ([], ["--eval-episodes", "0"], ["--eval-episodes", "3"])[:3 if script == GENERIC_IN else 1]:
         line = one_error_line(run(script, ["--resume", str(ckpt), *extra], tmp_path))
         assert f"--resume: {tmp_path / 'r'} is a finished run" in line and f"at global_step {step}" in line
         assert "larger --total-timesteps" in line and "move its eval_results.json aside" in line
@@ -134,6 +136,8 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
                      ["--learning-rate must be", "got -1.0", "comes from the checkpoint"]),
     }
     for name, (change, needles) in cases.items():
+        if name in ("negative_step", "bad_flag") and script != GENERIC_IN:
+            continue  # checked by abs_utils before the script loads anything: the same in every script
         bad = torch.load(ckpt, weights_only=True)
         change(bad)
         folder = tmp_path / name

@@ -25,7 +25,7 @@ CASES = {  # script -> (flags, total, stop): schedules that move over the whole 
     "abs_ppo_mujoco.py": (["--env-id", "Hopper-v4", "--num-envs", "1", "--num-minibatches", "2", "--no-adapt",
                            "--num-steps", "64", "--update-epochs", "1"], 640, 320),
     "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "200",
-                    "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
+                    "--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
                     "--exploration-steps", "400", "--target-network-frequency", "10", "--scalar-every", "1",
                     *ATARI_EVAL], 640, 320),
 }
