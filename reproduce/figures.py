@@ -151,8 +151,8 @@ def by_game_grid_figure(data, games, out, bins, what: str, burn=None):
     games = [g for g in games if any(by_lb[g] for by_lb in runs.values())]
     if not games:
         return None
-    fig, axes = grid(len(games) + 1, f"{what.capitalize()} over training per game: mean over seeds, shaded min–max; "
-                     "dashed: end of an ABS label's burn-in")
+    fig, axes = grid(len(games) + 1, f"{what.capitalize()} per game: mean over seeds, min–max shaded;\n"
+                     "dashed: an ABS label's burn-in ends")
     rows = []
     for ax, game in zip(axes, [*games, "mean over games"]):
         units = set()
