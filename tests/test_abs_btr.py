@@ -620,7 +620,8 @@ INT_FLAGS = [f.name for f in dataclasses.fields(abs_btr.Args) if f.type in (int,
 @pytest.mark.parametrize("name", INT_FLAGS)
 def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
     flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path,
+                                                                             monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -629,7 +630,8 @@ def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(nam
     (["--impala", "--model-size", "1e5"], "--model-size 100000.0"), (["--num-tau", str(10**9)], f"--num-tau {10**9}")])
 def test_training_memory_names_the_flag_that_is_too_large(argv, named, tmp_path, monkeypatch, capsys):
     """Below the 10^12 bound, a network or batch too large for memory is refused naming the flag with its value."""
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, named, tmp_path, monkeypatch, capsys)
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, named, tmp_path, monkeypatch,
+                                                                             capsys)
 
 
 def test_the_int_flags_are_the_counts():

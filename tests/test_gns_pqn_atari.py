@@ -647,7 +647,8 @@ INT_FLAGS = [f.name for f in dataclasses.fields(gns.Args) if f.type in (int, Opt
 @pytest.mark.parametrize("name", INT_FLAGS)
 def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
     flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
+    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path,
+                                                                             monkeypatch, capsys)
 
 
 def test_the_int_flags_are_the_counts():
