@@ -150,22 +150,51 @@ def improvement_rates(data, games, table, pairs):
 
 
 def aggregate_table(data, games, table, reps, seed):
-    """Per label: (runs x games) HNS matrix over its Atari games, cut to the fewest seeds any game has."""
+    """Per label: the aggregates of its runs' evaluation HNS over its Atari games (aggregate_values)."""
+    return aggregate_values({label: {g: [normalized(by_game[g][s], table) for s in sorted(by_game[g])]
+                                     for g in games if g in by_game and g in table}
+                             for label, by_game in data.items()}, reps, seed)
+
+
+def hns_values(values: dict, table: dict) -> dict:
+    """(game, label) -> {seed: value} of raw returns -> the same of human-normalised scores, on the Atari games of
+    the table (the others are left out)."""
+    return {(g, lb): {s: float(human_normalized_score(v, table[g]["random"], table[g]["human"]))
+                      for s, v in vals.items()} for (g, lb), vals in values.items() if g in table}
+
+
+def by_label(values: dict, games) -> dict:
+    """(game, label) -> {seed: value}  ->  label -> {game: [values in seed order]}, in the order of games."""
+    out = {}
+    for g in games:
+        for (game, lb), vals in values.items():
+            if game == g:
+                out.setdefault(lb, {})[g] = [vals[s] for s in sorted(vals)]
+    return out
+
+
+def aggregate_values(per_label: dict, reps, seed):
+    """label -> {game: [scores in seed order]}  ->  (label -> {point, lo, hi: the AGGREGATES, games, runs,
+    per_game}, notes): the aggregates over the games of a (runs x games) matrix cut to the fewest seeds any game
+    has, with stratified-bootstrap 95% CIs. A label without a game is left out."""
     mats, rows, notes = {}, {}, []
-    for label, by_game in data.items():
-        gs = [g for g in games if g in by_game and g in table]
-        if not gs:
+    for label, by_game in per_label.items():
+        if not by_game:
             continue
-        n = min(len(by_game[g]) for g in gs)
-        if any(len(by_game[g]) > n for g in gs):
+        n = min(len(v) for v in by_game.values())
+        if any(len(v) > n for v in by_game.values()):
             notes.append(f"{label}: games have unequal seed counts; aggregates use the first {n} seed(s) of each game")
-        mats[label] = np.array([[normalized(by_game[g][s], table) for s in sorted(by_game[g])[:n]] for g in gs]).T
+        mats[label] = np.array([v[:n] for v in by_game.values()]).T
     if not mats:
         return rows, notes
     point, ci = bootstrap_ci(mats, aggregate, reps, seed)
+    # One run per game: every stratified resample is the runs themselves. Resampling the games is then the only
+    # uncertainty the sample can state (which games were drawn, not how a game's runs vary).
+    single = {label: m for label, m in mats.items() if m.shape[0] == 1 and m.shape[1] > 1}
+    tasks = bootstrap_ci(single, aggregate, reps, seed, task_bootstrap=True)[1] if single else {}
     for label, m in mats.items():
         rows[label] = {"point": point[label], "lo": ci[label][0], "hi": ci[label][1],
                        "games": m.shape[1], "runs": m.size, "per_game": m.shape[0]}
+        if label in tasks:
+            rows[label]["games_lo"], rows[label]["games_hi"] = tasks[label]
     return rows, notes
-
-

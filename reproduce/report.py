@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside i
 import runs  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
-from measures import (aggregate_table, burn_in, early_late, final_training_return, improvement_rates,  # noqa: E402
-                      normalized, not_reached, per_seed)
+from measures import (aggregate_table, aggregate_values, burn_in, by_label, early_late,  # noqa: E402
+                      final_training_return, hns_values, improvement_rates, normalized, not_reached, per_seed)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, out_problem,  # noqa: E402
                   reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
@@ -78,7 +78,10 @@ def write_report(data, games, notes, args, table) -> Path:
         "over seeds, also given)", per_seed(data, games, lambda r: final_training_return(r, args.last_games)), std=True,
         left_out=left_out_line(f)))
     burn = burn_in(data, games)
-    md += early_late_section(f, *early_late(data, games), *burn, not_reached(data, games))
+    early, late, area = early_late(data, games)
+    early_hns = hns_values(early, table)
+    md += early_late_section(f, early, late, area, *burn, not_reached(data, games),
+                             (early_hns, *aggregate_values(by_label(early_hns, games), args.reps, args.seed), table))
     md += improvement_section(rates, games, ref, skipped, f.at)
     md += figures_section(data, games, agg, rates, out, args.bins, burn[0])
     (out / "report.md").write_text("\n".join(md))

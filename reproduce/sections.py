@@ -163,8 +163,8 @@ def left_out_line(f: Frame) -> list[str]:
             + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in runs) + ".", ""]
 
 
-def aggregate_section(agg, agg_notes, games, table, at="") -> list[str]:
-    md = [f"## Aggregate human-normalised score{at}", ""]
+def aggregate_section(agg, agg_notes, games, table, at="", heading="## Aggregate human-normalised score") -> list[str]:
+    md = [f"{heading}{at}", ""]
     if not agg:
         return md + ["No Atari games: raw returns of different environments share no scale, so no aggregate is "
                      "computed; see the per-game table.", ""]
@@ -176,10 +176,20 @@ def aggregate_section(agg, agg_notes, games, table, at="") -> list[str]:
     md += [f"- {lb}: {r['games']} game{'s' if r['games'] != 1 else ''} × {r['per_game']} run"
            f"{'s' if r['per_game'] != 1 else ''} per game ({r['runs']} runs)" for lb, r in agg.items()]
     for k in sorted({r["per_game"] for r in agg.values() if r["per_game"] <= 3}):
-        md.append("- With 1 run per game every resample is the same runs: the interval is the point alone." if k == 1
+        md.append("- With 1 run per game every resample is the same runs: the interval is the point alone"
+                  + ("; the games-resampled interval below is what such a sample can state." if any(
+                      "games_lo" in r for r in agg.values()) else ".") if k == 1
                   else f"- With {k} runs per game, one game's own bootstrap interval is exactly [its lowest seed, its "
                   f"highest seed]: a resample of {k} copies of one seed has probability 1/{k ** k} > 2.5%. The "
                   "per-game tables below therefore give Student-t intervals.")
+    over_games = {lb: r for lb, r in agg.items() if "games_lo" in r}
+    if over_games:
+        md += ["", "Resampling the games as well (rliable's task bootstrap: the games drawn with replacement, then the "
+               "runs within each), the interval says how much the aggregate depends on which games were run, for the "
+               "labels with one run per game:", "",
+               md_table(["label", *(f"{a} [95% CI, games resampled]" for a in AGGREGATES), "games"],
+                        [[lb, *(f"{fmt(r['point'][k])} [{fmt(r['games_lo'][k])}, {fmt(r['games_hi'][k])}]"
+                                for k in range(4)), str(r["games"])] for lb, r in over_games.items()]), ""]
     md += [f"- {n}" for n in agg_notes]
     if len({r["games"] for r in agg.values()}) > 1:
         md.append("- Labels rest on different game sets (see missing games); compare with care.")
@@ -360,7 +370,7 @@ def burn_in_lines(f: Frame, burn) -> list[str]:
     return md + [""]
 
 
-def early_late_section(f: Frame, early, late, area, burn, burn_notes, unreached=None) -> list[str]:
+def early_late_section(f: Frame, early, late, area, burn, burn_notes, unreached=None, early_hns=None) -> list[str]:
     md = ["## Early / late training", "",
           f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
           "late = the variance of its episodic return over the last 10% (population variance, at least two games "
@@ -379,8 +389,20 @@ def early_late_section(f: Frame, early, late, area, burn, burn_notes, unreached=
                    Metric("Whole-run return", "Each run's whole-run return (learning curve area)", area,
                           "higher whole-run return", sub=True, not_reached=unreached.get("whole", {}))):
         md += metric_section(f, metric)
+        if metric.title == "Early return" and early_hns and early_hns[0]:  # Atari games with an early return
+            md += early_hns_section(f, *early_hns)
     md += burn_in_lines(f, burn)
     return md + ([f"- {n}" for n in burn_notes] + [""] if burn_notes else [])
+
+
+def early_hns_section(f: Frame, values, agg, agg_notes, table) -> list[str]:
+    """The early return as a human-normalised score on the Atari games: per game (the seed table, counts and
+    differences of metric_section) and its aggregates across games with stratified-bootstrap CIs."""
+    md = metric_section(f, Metric("Early return, human-normalised", "Each run's early return as a human-normalised "
+                                  "score, (early return - random) / (human - random)", values, "higher early",
+                                  sub=True))
+    md += aggregate_section(agg, agg_notes, f.games, table, heading="#### Early return, human-normalised, across games")
+    return md
 
 
 def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:

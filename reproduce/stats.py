@@ -65,8 +65,10 @@ def aggregate(scores: np.ndarray) -> np.ndarray:
                      metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
 
 
-def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0):
-    """Point estimates and 95% stratified-bootstrap CIs (runs resampled within each game).
+def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0,
+                 task_bootstrap: bool = False):
+    """Point estimates and 95% stratified-bootstrap CIs (runs resampled within each game; with task_bootstrap, the
+    games resampled too, rliable's task bootstrap).
 
     score_dict maps a name to a (runs x games) matrix. Returns ({name: point}, {name: 2 x k [lo; hi]}).
     The same seed gives the same intervals: rliable's StratifiedBootstrap draws its resamples from NumPy's global
@@ -76,7 +78,7 @@ def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # arch's RandomState deprecation notice
-            return rly.get_interval_estimates(score_dict, func, reps=reps,
+            return rly.get_interval_estimates(score_dict, func, reps=reps, task_bootstrap=task_bootstrap,
                                               random_state=np.random.RandomState(seed))
     finally:
         np.random.set_state(outer)

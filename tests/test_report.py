@@ -1164,3 +1164,35 @@ def test_prefix_runs_beside_complete_ones(tmp_path):
     assert "label P has runs that stopped at different steps (50 of 1,000 steps; 500 of 1,000 steps)" in res.stderr
     assert report.main([*dirs, "--out", str(tmp_path / "o3"), "--allow-mixed-timesteps"]) == 0
     assert "P: pools runs that stopped at different steps" in (tmp_path / "o3" / "report.md").read_text()
+
+
+def test_early_return_as_hns_per_game_and_across_games(tmp_path):
+    """On Atari games the early return is also given as HNS, per game and aggregated over the games. One run per game:
+    the stratified bootstrap can only return the point, so the games are resampled too, and that interval is given."""
+    games = ("Amidar", "BattleZone", "Phoenix", "Qbert")
+    levels = {"ABS": (0.1, 0.2, 0.3, 0.9), "Vanilla": (0.0, 0.1, 0.5, 0.6)}  # each game's early HNS, by hand
+    for lb, hs in levels.items():
+        for g, h in zip(games, hs):
+            s = runs.load_atari_scores()[g]
+            raw = s["random"] + h * (s["human"] - s["random"])
+            write_prefix_run(tmp_path / lb / g, f"{g}-v5", 1, 1.0, 200, 208, curve=lambda _, raw=raw: raw)
+    dirs = ["--runs", *(f"{lb}={tmp_path / lb}" for lb in levels), "--reps", "200"]
+    assert report.main([*dirs, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    early = subsection(md, "Early return, human-normalised")
+    for lb, hs in levels.items():
+        for g, h in zip(games, hs):
+            assert row_of(early, g, lb)[3].strip("*") == f"{h:.3f}", (g, lb)
+    assert row(early, "Phoenix | ABS − Vanilla")[2] == "-0.200"
+    assert "**ABS higher early in 3 of 4 games**" in early  # all but Phoenix
+    across = md.split("#### Early return, human-normalised, across games")[1].split("\n## ")[0]
+    for lb, hs in levels.items():
+        iqm = np.mean(sorted(hs)[1:3])  # the IQM of 4 values: the middle two
+        cells = row(across, lb)
+        assert cells[1] == f"{iqm:.3f} [{iqm:.3f}, {iqm:.3f}]"  # stratified: one run per game, the point alone
+        assert cells[3].startswith(f"{np.mean(hs):.3f} [")
+        point, lo, hi = map(float, re.match(r"([-\d.]+) \[([-\d.]+), ([-\d.]+)\]", row(
+            across.split("games resampled]")[-1], lb)[1]).groups())
+        assert point == round(iqm, 3) and lo < point < hi and min(hs) <= lo and hi <= max(hs)
+    # no Atari game, no HNS: the MuJoCo reports have neither section
+    assert "human-normalised" not in subsection(md, "Late variance")
