@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,30 +15,46 @@ import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
-# Each published MuJoCo grid under results/: the sweep flags its report was made with (its docs page, "How these
-# were made") and the most bytes its directory may hold.
-GRIDS = {"mujoco-1m": (["--scale", "0.2"], 15e6), "mujoco-5m": ([], 60e6)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A published grid under results/<name>/: the experiment of reproduce/experiments.toml it ran, the sweep flags
+    its report was made with (its docs page, "How these were made"), its games, seeds and labels, and the most bytes
+    its directory may hold."""
+    experiment: str
+    flags: tuple
+    games: tuple
+    seeds: tuple
+    labels: tuple
+    max_bytes: float
+
+
+GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 15e6),
+         "mujoco-5m": Grid("mujoco", (), TASKS, SEEDS, LABELS, 60e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
-def report_command(grid: str) -> list[str]:
-    """The command that wrote results/<grid>/report.md, run from the repository root; --out last."""
-    return ["reproduce/sweep.py", "report", "mujoco", *GRIDS[grid][0], "--root", f"results/{grid}/runs",
-            "--games", *TASKS, "--seeds", *map(str, SEEDS), "--out"]
+def report_command(name: str) -> list[str]:
+    """The command that wrote results/<name>/report.md, run from the repository root; --out last."""
+    g = GRIDS[name]
+    return ["reproduce/sweep.py", "report", g.experiment, *g.flags, "--root", f"results/{name}/runs",
+            "--games", *g.games, "--seeds", *map(str, g.seeds), "--out"]
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-def test_mujoco_results_hold_every_run_and_no_checkpoint(grid):
-    for label in LABELS:
-        for task in TASKS:
-            for seed in SEEDS:
-                run = ROOT / "results" / grid / "runs" / "mujoco" / label / f"{task}__{seed}"
+def test_published_grid_holds_every_run_and_no_checkpoint(grid):
+    g = GRIDS[grid]
+    for label in g.labels:
+        for game in g.games:
+            for seed in g.seeds:
+                run = ROOT / "results" / grid / "runs" / g.experiment / label / f"{game}__{seed}"
                 assert (run / "eval_results.json").is_file(), run
                 assert list(run.glob("events.out.tfevents.*")), run
-                assert (run.parent / "logs" / f"{task}__{seed}.log").is_file(), run
+                assert (run.parent / "logs" / f"{game}__{seed}.log").is_file(), run
     files = [p for p in (ROOT / "results" / grid).rglob("*") if p.is_file()]
-    assert not [p for p in files if p.suffix == ".pt"]  # no checkpoints or models
-    assert sum(p.stat().st_size for p in files) < GRIDS[grid][1]
+    assert not [p for p in files if p.suffix == ".pt" or p.name == ".lock"]  # no checkpoints, models or locks
+    assert sum(p.stat().st_size for p in files) < g.max_bytes
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +74,7 @@ def regenerated(tmp_path_factory):
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated, grid):
+def test_report_is_regenerated_from_the_committed_runs(regenerated, grid):
     committed = (ROOT / "results" / grid / "report.md").read_text().splitlines()
     fresh = (regenerated(grid) / "report.md").read_text().splitlines()
     tables = [(i, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
@@ -65,14 +82,23 @@ def test_mujoco_report_is_regenerated_from_the_committed_runs(regenerated, grid)
         f"results/{grid}/report.md differs from what reproduce/report.py makes of the committed runs (first "
         f"differing line {tables[0][0] + 1 if tables else min(len(committed), len(fresh)) + 1}); regenerate it "
         f"with: python " + " ".join(report_command(grid)) + f" results/{grid}")
-    # the table is the full grid: 9 runs per label, 3 seeds of each task, none skipped
-    data = next(ln for ln in fresh if ln.startswith("| PPO |"))
-    assert "| 9 | 3 of 3 | HalfCheetah: 3, Hopper: 3, Walker2d: 3 | none |" in data
+    # the data table is the full grid: every label ran every seed of every game, none skipped
+    g = GRIDS[grid]
+    for label in g.labels:
+        data = next(ln for ln in fresh if ln.startswith(f"| {label} |"))
+        per_game = ", ".join(f"{game.split('-v')[0]}: {len(g.seeds)}" for game in g.games)
+        assert (f"| {len(g.games) * len(g.seeds)} | {len(g.games)} of {len(g.games)} | {per_game} | none |"
+                in data), data
     assert not [ln for ln in fresh if ln.startswith("- ") and ("skipped" in ln or "left out" in ln)]
+
+
+@pytest.mark.parametrize("grid", [name for name, g in GRIDS.items() if g.experiment == "mujoco"])
+def test_mujoco_reports_say_three_seeds_cannot_reach_p_below_5_percent(regenerated, grid):
+    fresh = (regenerated(grid) / "report.md").read_text()
     statement = ("- PPO+ABS vs PPO (HalfCheetah, Hopper, Walker2d): with 3 vs 3 runs the smallest possible p is 0.10 "
                  "(2 of 20 relabellings): no difference can reach p < 0.05.")
     # evaluation, final training return, early return, late variance, whole-run return
-    assert "\n".join(fresh).count(statement) == 5
+    assert fresh.count(statement) == 5
 
 
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
@@ -130,7 +156,7 @@ def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerat
 
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("name", FIGURE_DATA)
-def test_mujoco_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid, name):
+def test_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid, name):
     with open(ROOT / "results" / grid / name) as a, open(regenerated(grid) / name) as b:
         assert list(csv.reader(a)) == list(csv.reader(b)), name
     assert (ROOT / "results" / grid / name.replace(".csv", ".png")).is_file()
