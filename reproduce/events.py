@@ -10,6 +10,7 @@ applies a resumed writer's purge of the events after its checkpoint.
 """
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +143,16 @@ def load_scalars(run_dir: Path, tags) -> dict:
     """tag -> (steps, values) of every event in the run's TensorBoard files, sorted by step: the scripts log one
     `charts/episodic_return` per finished game and several games can end at one step, so no event is dropped
     (size_guidance 0 turns off TensorBoard's sampling of 10,000 events per tag). A resumed run's events after
-    its checkpoint are purged by TensorBoard itself (the scripts open the writer with purge_step)."""
+    its checkpoint are purged by TensorBoard itself (the scripts open the writer with purge_step). TensorBoard
+    logs each such purge as a warning ("likely caused by a TensorFlow restart"); for these runs it is the expected
+    resume, so the warning is silenced here and check_events names what a resume left damaged."""
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
+    tb_log = logging.getLogger("tensorboard")
+    level, tb_log.level = tb_log.level, logging.ERROR
+    try:
+        acc.Reload()
+    finally:
+        tb_log.setLevel(level)
     out = {}
     for tag in sorted(set(tags) & set(acc.Tags().get("scalars", []))):
         events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))

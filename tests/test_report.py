@@ -960,11 +960,16 @@ def test_damage_a_resumed_run_replaced_is_noted_and_damage_before_its_resume_lea
     assert "events end at step 300 (the run's last step 1,000)" in run.event_problems[0]
 
 
-def test_an_intact_resumed_run_is_not_flagged(tmp_path):
-    write_resumed_run(tmp_path / "A" / "r", first_to=500)
-    data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
+def test_an_intact_resumed_run_is_not_flagged(tmp_path, caplog):
+    """Nor does TensorBoard's purge of the events after its checkpoint print a "TensorFlow restart" warning."""
+    write_resumed_run(tmp_path / "A" / "r", first_to=600)
+    with caplog.at_level("WARNING"):
+        data, _, _ = report.collect({"A": tmp_path / "A"}, None, {})
     run = data["A"]["Hopper"][1]
     assert run.event_problems == run.event_notes == [] and runs.RETURN_TAG in run.scalars
+    assert not [r for r in caplog.records if "restart" in r.getMessage()]
+    steps = run.scalars[runs.RETURN_TAG][0]
+    assert list(steps).count(600) == 1  # the first file's event at 600 (after the resume at 500) was purged
 
 
 def empty_event_files(run_dir: Path, how: str) -> None:
