@@ -121,7 +121,8 @@ def adapt_by_game_figure(data, games, out, bins):
     if not games or len(games) > ADAPT_BY_GAME_MAX:
         return None
     fig, axes = plt.subplots(2, len(games), figsize=(4.5 * len(games), 6.8 + 0.4), squeeze=False)
-    fig.suptitle("Batch-size controller per game: mean over seeds, shaded min–max")
+    fig.suptitle("Batch-size controller per game:" + ("\n" if len(games) == 1 else " ")  # one column: two lines
+                 + "mean over seeds, shaded min–max")
     rows = []
     for col, game in enumerate(games):
         for row, (what, tag_of) in enumerate((("divergence", divergence_tag), ("batch size", size_tag))):
@@ -137,6 +138,15 @@ def adapt_by_game_figure(data, games, out, bins):
                    ylabel=units.pop() if len(units) == 1 else what)
             legend_or_note(ax, f"no {what} events")
     return save(fig, out, "adapt_by_game", ["game", "tag", "label", *BAND_COLUMNS], rows)
+
+
+def size_range(runs: list[Run]) -> tuple:
+    """(lowest minimum, highest maximum) of the batch-size ranges the runs' flags allow (--num-steps-min/max, or
+    BTR's --batch-size-min/max), or (None, None) when none of them names one."""
+    lows = [r.args.get("num_steps_min", r.args.get("batch_size_min")) for r in runs]
+    highs = [r.args.get("num_steps_max", r.args.get("batch_size_max")) for r in runs]
+    lows, highs = [v for v in lows if v is not None], [v for v in highs if v is not None]
+    return (min(lows), max(highs)) if lows and highs else (None, None)
 
 
 def by_game_grid_figure(data, games, out, bins, what: str, burn=None):
@@ -168,6 +178,11 @@ def by_game_grid_figure(data, games, out, bins, what: str, burn=None):
             if ends and panel:
                 ax.axvline(float(np.mean(ends)), color=f"C{i}", ls="--", lw=1)
         ax.set(title=game, xlabel="environment steps", ylabel=units.pop() if len(units) == 1 else what)
+        if what == "batch size":  # the whole range the runs may move in, so that "L stayed at L_min" shows
+            panel = [r for lb in runs for g in (games if game == "mean over games" else [game]) for r in runs[lb][g]]
+            lo, hi = size_range(panel)
+            if lo is not None and hi > lo:
+                ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
         legend_or_note(ax, f"no {what} events")
     name = "divergence_by_game" if what == "divergence" else "batch_size_by_game"
     return save(fig, out, name, ["game", "tag", "label", *BAND_COLUMNS], rows)
@@ -222,14 +237,15 @@ def figures_section(data, games, agg, rates, out, bins, burn=None) -> list[str]:
     if by_game:
         figures.append(by_game + ": the ABS runs' divergence and batch size, one column per game")
     # Figure 1 of the paper where adapt_by_game does not show it: more games than its columns, or a fixed-batch
-    # run that tracked the divergence it does not use (--track-divergence).
+    # run that tracked the divergence it does not use (--track-divergence); then also the ABS runs' L per game,
+    # marked where their burn-in ends as the divergence panels are.
     tracked = any(divergence_tag(r) and not is_abs_run(r) for r in runs_of(data, games))
     if tracked or not by_game:
         divergence = by_game_grid_figure(data, games, out, bins, "divergence", burn)
         if divergence:
             figures.append(divergence + ": the divergence of every run that measured one (the paper's Figure 1), "
                            "per game and its mean over games")
-    if not by_game:
+    if tracked or not by_game:  # Figure 1's companion: each game's L, with the same burn-in marks
         sizes = by_game_grid_figure(data, games, out, bins, "batch size", burn)
         if sizes:
             figures.append(sizes + ": the ABS runs' batch size per game and its mean over games")

@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 import events  # noqa: E402
+import figures  # noqa: E402
 import measures  # noqa: E402
 import report  # noqa: E402
 import runs  # noqa: E402
@@ -245,7 +246,8 @@ def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, win
         w.add_scalar("adapt/num_steps", L, step)
     w.close()
     res = json.loads((run_dir / "eval_results.json").read_text())
-    res["args"].update({"adapt": adapt, "window": window, "num_steps": 32, "num_steps_min": 16})
+    res["args"].update({"adapt": adapt, "window": window, "num_steps": 32, "num_steps_min": 16,
+                        "num_steps_max": 64})
     (run_dir / "eval_results.json").write_text(json.dumps(res))
 
 
@@ -313,7 +315,14 @@ def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
     assert {(r["game"], r["label"]) for r in rows} == {("Hopper", "ABS"), ("Walker2d", "ABS"), ("Hopper", "PPO"),
                                                        ("mean over games", "ABS"), ("mean over games", "PPO")}
     assert {r["n_runs"] for r in rows if r["game"] == "mean over games" and r["label"] == "ABS"} == {"3"}
-    assert not (tmp_path / "o" / "batch_size_by_game.png").exists()  # adapt_by_game.png shows L per game
+    # and beside it each game's L of the ABS runs (not the fixed baseline's), on the range the flags allow
+    with open(tmp_path / "o" / "batch_size_by_game.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["game"], r["label"]) for r in rows} == {("Hopper", "ABS"), ("Walker2d", "ABS"),
+                                                       ("mean over games", "ABS")}
+    data, _, _ = report.collect({"ABS": tmp_path / "ABS"}, None, {})
+    assert figures.size_range([r for g in data["ABS"].values() for r in g.values()]) == (16, 64)
+    assert figures.size_range([]) == (None, None)
     # Seven games: two rows of seven panels are unreadable; the grids of panels take over.
     for i, game in enumerate(("Ant", "HalfCheetah", "Humanoid", "Swimmer", "Reacher", "Pusher", "Hopper")):
         write_adapt_run(tmp_path / "many" / game, f"{game}-v4", 1, steps, [16] * 7, 3, 10_000)
