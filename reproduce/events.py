@@ -148,7 +148,8 @@ def load_scalars(run_dir: Path, tags) -> dict:
     resume, so the warning is silenced here and check_events names what a resume left damaged."""
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     tb_log = logging.getLogger("tensorboard")
-    level, tb_log.level = tb_log.level, logging.ERROR
+    level = tb_log.level
+    tb_log.setLevel(logging.ERROR)
     try:
         acc.Reload()
     finally:
