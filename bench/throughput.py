@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check
 from runs import out_problem  # noqa: E402
 
 GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
+MAX_ROUNDS = 100  # --rounds: every round runs every variant once (minutes each); more is a typo, not a benchmark
 MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
              "perf/replay_seconds")  # replay: BTR only
@@ -267,8 +268,8 @@ class _Parser(argparse.ArgumentParser):
 def input_problem(args) -> str | None:
     """The first flag outside its domain, as one line naming it and what it takes, or None. Checked before any
     run starts: a bad --out or --extra-args found after the runs would throw their minutes away."""
-    if args.rounds is not None and args.rounds < 1:
-        return f"--rounds {args.rounds}: must be an integer >= 1"
+    if args.rounds is not None and not 1 <= args.rounds <= MAX_ROUNDS:
+        return f"--rounds {args.rounds}: must be an integer in [1, {MAX_ROUNDS}]"
     if not (math.isfinite(args.scale) and args.scale > 0):
         return f"--scale {args.scale}: must be a finite number > 0"
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 10):

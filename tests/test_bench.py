@@ -157,7 +157,7 @@ def test_gpu_summary_counts_verdicts_and_names_the_key_numbers(tmp_path):
 
 
 # Every numeric flag of throughput.py at values outside its domain, and the flags naming paths or other flags.
-BAD_INPUTS = [(["--rounds", v], "--rounds") for v in ("-1", "0", "nan", "inf", "x", "1.5")] + \
+BAD_INPUTS = [(["--rounds", v], "--rounds") for v in ("-1", "0", "nan", "inf", "x", "1.5", "101", str(10**12))] + \
     [(["--scale", v], "--scale") for v in ("-1", "0", "nan", "inf", "-inf", "x", "1e300")] + \
     [(["--budget", v], "--budget") for v in ("-1", "0", "10", "nan", "inf", "x")] + \
     [(["--extra-args", '"--no-cuda'], "--extra-args '\"--no-cuda': No closing quotation"),
