@@ -1,28 +1,36 @@
-"""A run's TensorBoard events: read record by record, checked for damage, then loaded as scalar series.
+"""A run's TensorBoard events: read record by record, checked for damage, and loaded as scalar series in one pass.
 
-Why not TensorBoard's loader alone: its `EventFileLoader` catches the `DataLossError` of a record cut short or
-failing its CRC check, logs it at debug level ("Truncated record") and stops reading the file there, without a
-word. A file cut or corrupted in the middle then looks like a shorter run. So every file is first read here,
-record by record (`read_event_file`), and a run whose files are damaged, or whose events end before the run did
-(`check_events`), has its training curves left out, with the reason in `Run.event_problems`; its evaluation return
-(eval_results.json) is kept. Only then are the scalars loaded through TensorBoard (`load_scalars`), which also
-applies a resumed writer's purge of the events after its checkpoint.
+Why not TensorBoard's loader: its `EventFileLoader` catches the `DataLossError` of a record cut short or failing
+its CRC check, logs it at debug level ("Truncated record") and stops reading the file there, without a word. A file
+cut or corrupted in the middle then looks like a shorter run. So every file is read here, record by record
+(`read_event_file`), and a run whose files are damaged, or whose events end before the run did (`check_events`),
+has its training curves left out, with the reason in `Run.event_problems`; its evaluation return
+(eval_results.json) is kept. The same pass collects the scalars with the rule TensorBoard's `EventAccumulator`
+applies to these files (a resumed writer's purge of the events after its checkpoint; `load_scalars`), and checks
+the CRCs with the C library google-crc32c: TensorBoard's own check is pure Python, which made reading a 5M-step
+grid take a minute (tests/test_report.py compares both readers on every committed run).
 """
 from __future__ import annotations
 
-import logging
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing import io_wrapper
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.compat.proto import event_pb2
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from runs import RETURN_TAG, SIZE_TAGS, Run
+
+START = event_pb2.SessionLog.START
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The TFRecord framing's masked CRC-32C of `data` (the value TensorBoard's masked_crc32c gives)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 @dataclass
@@ -37,51 +45,85 @@ class EventFile:
     tags: frozenset = frozenset()  # scalar tags read
 
 
+@dataclass
+class Scalars:
+    """Scalar events collected across a run's files in reading order: tag -> [(step, wall_time, value)]."""
+    tags: frozenset | None  # the tags to collect (None: every tag)
+    series: dict = field(default_factory=dict)
+
+    def restart(self, step: int) -> None:
+        """A SessionLog START at `step` (a resumed writer's purge_step): TensorBoard's EventAccumulator drops every
+        event read so far, of every tag, at or after that step (its _Purge with by_tags=False)."""
+        for tag, events in self.series.items():
+            self.series[tag] = [e for e in events if e[0] < step]
+
+    def arrays(self) -> dict:
+        """tag -> (steps, values), sorted by step then wall time (stable: a tie keeps the reading order); a tag whose
+        events were all purged stays, empty, as in TensorBoard."""
+        out = {}
+        for tag in sorted(self.series):
+            events = sorted(self.series[tag], key=lambda e: (e[0], e[1]))
+            out[tag] = (np.array([e[0] for e in events], dtype=float), np.array([e[2] for e in events], dtype=float))
+        return out
+
+
 def event_files(run_dir: Path) -> list[Path]:
     """The event files TensorBoard reads for a run directory, in its reading order."""
     return sorted(p for p in run_dir.iterdir() if p.is_file() and io_wrapper.IsSummaryEventsFile(str(p)))
 
 
-def read_event_file(path: Path) -> EventFile:
+def read_event_file(path: Path, scalars: Scalars | None = None) -> EventFile:
     """Read the TFRecord framing of an event file (length, its masked CRC-32C, the data, its CRC-32C), as
     TensorBoard's reader does, and parse each record as an Event. TensorBoard stops at the first record that is cut
     short or fails a CRC check, silently (a "truncated record" at debug level), and reads nothing after it: a file
-    cut or corrupted in the middle looks to it like a shorter run. Here the stop is reported, with the bytes read."""
+    cut or corrupted in the middle looks to it like a shorter run. Here the stop is reported, with the bytes read.
+    With `scalars`, the simple-value scalars of the records read (those TensorBoard also reads) are added to it."""
     size, pos, last, restarts, tags = path.stat().st_size, 0, None, [], set()
+    want = None if scalars is None else scalars.tags
 
     def result(problem=None):
         return EventFile(path, size, pos, problem, last, tuple(restarts), frozenset(tags))
     try:
-        f = open(path, "rb")
+        data = path.read_bytes()
     except OSError as e:
         return result(f"cannot be opened ({type(e).__name__}: {e.strerror or e})")
-    with f:
-        while True:
-            header = f.read(12)
-            if not header:
-                return result()
-            if len(header) < 12:
-                return result("a record cut short (in its header)")
-            (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
-            if masked_crc32c(header[:8]) != crc:
-                return result("a record failing its CRC check (header)")
-            if length > size - pos - 16:
-                return result("a record cut short (in its data)")
-            data, tail = f.read(length), f.read(4)
-            if len(data) < length or len(tail) < 4:
-                return result("a record cut short (in its data)")
-            if masked_crc32c(data) != struct.unpack("<I", tail)[0]:
-                return result("a record failing its CRC check (data)")
-            try:
-                event = event_pb2.Event.FromString(data)
-            except DecodeError:
-                return result("a record that is not an event")
-            pos += 16 + length
-            if event.HasField("summary"):
-                last = event.step if last is None else max(last, event.step)
-                tags.update(v.tag for v in event.summary.value)
-            elif event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
-                restarts.append(event.step)
+    size = len(data)
+    while pos < size:
+        if size - pos < 12:
+            return result("a record cut short (in its header)")
+        header = data[pos:pos + 8]
+        (length,), (crc,) = struct.unpack("<Q", header), struct.unpack_from("<I", data, pos + 8)
+        if masked_crc32c(header) != crc:
+            return result("a record failing its CRC check (header)")
+        if length > size - pos - 16:
+            return result("a record cut short (in its data)")
+        record = data[pos + 12:pos + 12 + length]
+        if masked_crc32c(record) != struct.unpack_from("<I", data, pos + 12 + length)[0]:
+            return result("a record failing its CRC check (data)")
+        try:
+            event = event_pb2.Event.FromString(record)
+        except DecodeError:
+            return result("a record that is not an event")
+        pos += 16 + length
+        if event.HasField("summary"):
+            last = event.step if last is None else max(last, event.step)
+            for v in event.summary.value:
+                tags.add(v.tag)
+                if scalars is not None and (want is None or v.tag in want) and v.HasField("simple_value"):
+                    scalars.series.setdefault(v.tag, []).append((event.step, event.wall_time, v.simple_value))
+        elif event.HasField("session_log") and event.session_log.status == START:
+            restarts.append(event.step)
+            if scalars is not None:
+                scalars.restart(event.step)
+    return result()
+
+
+def read_run_events(run_dir: Path, tags=None) -> tuple[list[EventFile], dict]:
+    """(what reading each event file found, tag -> (steps, values) of `tags`, None: every tag) for a run directory,
+    its files read once, in TensorBoard's order."""
+    scalars = Scalars(None if tags is None else frozenset(tags))
+    files = [read_event_file(p, scalars) for p in event_files(run_dir)]
+    return files, scalars.arrays()
 
 
 def iteration_tag(tags) -> str | None:
@@ -141,24 +183,10 @@ def check_events(run: Run, files: list[EventFile], scalars: dict) -> tuple[list[
 
 def load_scalars(run_dir: Path, tags) -> dict:
     """tag -> (steps, values) of every event in the run's TensorBoard files, sorted by step: the scripts log one
-    `charts/episodic_return` per finished game and several games can end at one step, so no event is dropped
-    (size_guidance 0 turns off TensorBoard's sampling of 10,000 events per tag). A resumed run's events after
-    its checkpoint are purged by TensorBoard itself (the scripts open the writer with purge_step). TensorBoard
-    logs each such purge as a warning ("likely caused by a TensorFlow restart"); for these runs it is the expected
-    resume, so the warning is silenced here and check_events names what a resume left damaged."""
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    tb_log = logging.getLogger("tensorboard")
-    level = tb_log.level
-    tb_log.setLevel(logging.ERROR)
-    try:
-        acc.Reload()
-    finally:
-        tb_log.setLevel(level)
-    out = {}
-    for tag in sorted(set(tags) & set(acc.Tags().get("scalars", []))):
-        events = sorted(acc.Scalars(tag), key=lambda e: (e.step, e.wall_time))
-        out[tag] = (np.array([e.step for e in events], dtype=float), np.array([e.value for e in events], dtype=float))
-    return out
+    `charts/episodic_return` per finished game and several games can end at one step, so no event is dropped (no
+    sampling, unlike TensorBoard's default of 10,000 events per tag). A resumed run's events after its checkpoint
+    are purged as TensorBoard purges them (the scripts open the writer with purge_step)."""
+    return read_run_events(run_dir, tags)[1]
 
 
 def report_tags(run: Run) -> tuple[str, ...]:
@@ -172,7 +200,7 @@ def load_run_events(run: Run, tags=None) -> None:
     run.event_problems says why. Its evaluation return, from eval_results.json, is kept either way."""
     tags = report_tags(run) if tags is None else tuple(tags)
     try:
-        files = [read_event_file(p) for p in event_files(run.path)]
+        files, scalars = read_run_events(run.path)
     except OSError as e:
         run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: its event files "
                               f"cannot be listed ({type(e).__name__}: {e.strerror or e})"]
@@ -181,18 +209,9 @@ def load_run_events(run: Run, tags=None) -> None:
         run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): incomplete: no TensorBoard "
                               "event file (events.out.tfevents.*) in the run directory"]
         return
-    check = iteration_tag(set().union(*(ef.tags for ef in files)))
-    try:
-        scalars = load_scalars(run.path, (*tags, *([check] if check else [])))
-    except (OSError, DecodeError) as e:
-        run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): damaged: TensorBoard cannot "
-                              f"read its events ({type(e).__name__}: {e})"]
-        return
     run.event_problems, run.event_notes = check_events(run, files, scalars)
     if not run.event_problems:
         run.scalars = {t: v for t, v in scalars.items() if t in tags}
-
-
 
 
 def load_events(data: dict) -> None:
