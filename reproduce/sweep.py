@@ -79,6 +79,22 @@ def cores() -> int:
 
 
 # ----------------------------------------------------------------------------- local pool
+def share_niceness(pid: int) -> None:
+    """Give the run `pid` the sweep's own niceness where `nice` alone does not reach it. A run starts in a session
+    of its own (so that a Ctrl-C reaches it once, through the sweep), and on Linux with autogroup scheduling a new
+    session is a new scheduling group, whose weight `nice` does not lower: `nice -n 19 sweep.py run ...` would
+    still take the cores at full weight from the user's shell. Its group's niceness is set to the sweep's
+    (/proc/<pid>/autogroup; nothing where there is no such file or the sweep runs at niceness 0 or below)."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(niceness))
+    except OSError:  # not Linux, autogroup off, or the run already ended
+        pass
+
+
 def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> int:
     """Run on this machine with a pool of `workers` threads, each running one script at a time."""
     free_gpus: queue.SimpleQueue = queue.SimpleQueue()
@@ -101,7 +117,8 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
         started = time.time()
         try:
             # own session: a Ctrl-C reaches the scripts once, through on_signal
-            return execute(run, gpu, {"start_new_session": True}, lambda p, _: live.append(p))
+            return execute(run, gpu, {"start_new_session": True},
+                           lambda p, _: (live.append(p), share_niceness(p.pid)))
         finally:
             seconds[run.dir] = time.time() - started  # the run's own time, not its wait in the queue
             if gpus:

@@ -742,6 +742,29 @@ def test_real_tiny_sweep_abs_pqn_atari(tmp_path):
     assert re.search(r"ABS\s+Pong-v5\s+0\s+0\s+0\s+0\s+0\s+0\s+1", out.stdout), out.stdout
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="Linux autogroup scheduling only")
+def test_a_niced_sweep_gives_its_runs_session_group_its_niceness():
+    """A run starts in a session of its own, a new autogroup at niceness 0 whatever the sweep's; the sweep sets it
+    to its own (here 7), and leaves it alone at niceness 0."""
+    code = textwrap.dedent(f"""
+        import os, subprocess, sys
+        sys.path.insert(0, {str(ROOT / "reproduce")!r})
+        import sweep
+        def group_nice(nice):
+            os.nice(nice)
+            p = subprocess.Popen(["sleep", "10"], start_new_session=True)
+            read = lambda: open(f"/proc/{{p.pid}}/autogroup").read().split()[-1]
+            before = read()
+            sweep.share_niceness(p.pid)
+            print(before, read())
+            p.kill()
+        group_nice(int(sys.argv[1]))
+    """)
+    for nice, expected in ((0, "0 0"), (7, "0 7")):
+        p = subprocess.run([sys.executable, "-c", code, str(nice)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout.split("\n")[0] == expected, (nice, p.stdout, p.stderr)
+
+
 # ----------------------------------------------------------------------------- refused command lines
 def refused(argv, capsys) -> str:
     """The one line main() writes to stderr for a refused command line (exit 2); nothing runs or is printed."""
