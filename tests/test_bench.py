@@ -1,6 +1,7 @@
 """The benchmark's quick mode, shrunk further with --scale, on the PQN group: real processes, real numbers."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -67,9 +68,10 @@ def test_speed_groups_add_only_their_flags():
 
 
 def test_quick_benchmark_pqn_group(tmp_path):
+    """The command line end to end on the PQN group, two iterations per run (--scale 0.0625: 1024 steps)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "throughput.py"), "--quick", "--groups", "pqn",
-                        "--rounds", "1", "--scale", "0.32", "--out", str(tmp_path)],
+                        "--rounds", "1", "--scale", "0.0625", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     res = json.loads((tmp_path / "results.json").read_text())
@@ -81,13 +83,25 @@ def test_quick_benchmark_pqn_group(tmp_path):
     for r in rows:
         assert r["returncode"] == 0 and r["sps"] > 0 and r["steady_sps"] > 0 and r["peak_rss_mb"] > 50
         assert set(r["phases"]) == {"env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"}
-        assert r["command"].startswith("python ") and "--total-timesteps 5242" in r["command"]
-    # 5242 steps are 11 iterations of 16 x 32: ABS measures once, after the K = 10th (the fixed-L run never)
-    assert rows[0]["phases"]["adapt_seconds"] == 0.0 and rows[1]["phases"]["adapt_seconds"] > 0.0
+        assert r["command"].startswith("python ") and "--total-timesteps 1024" in r["command"]
     storage = lambda L: pqn.Rollout.allocate(L, 16, (4, 84, 84), "meta").nbytes  # noqa: E731
     assert rows[0]["storage_bytes"] == storage(32) and rows[2]["storage_bytes"] == storage(64)
     md = (tmp_path / "results.md").read_text()
     assert md.count("| PQN") == 4 and "Environment only" in md and "| steady SPS |" in md
+
+
+def test_the_divergence_phase_is_timed_where_abs_measures(tmp_path):
+    """adapt_seconds: 0 for the fixed-L row, > 0 for ABS once it has measured (K = 2 here, 3 iterations: once)."""
+    table = throughput.configs(True)["pqn"]
+    seconds = []
+    for i in (0, 1):  # fixed L = 32, ABS with L pinned at 32
+        out = tmp_path / str(i)
+        out.mkdir()
+        flags = throughput.with_steps(shlex.split(table[i][2]), 3 * 16 * 32)
+        row = throughput.run_variant("abs_pqn_atari.py", flags, out, "--adapt-freq 2 --no-cuda")
+        assert row["returncode"] == 0, row.get("error")
+        seconds.append(row["phases"]["adapt_seconds"])
+    assert seconds[0] == 0.0 and seconds[1] > 0.0
 
 
 def test_gns_vs_abs_cost_reports_per_call_and_per_run_shares(tmp_path):
@@ -122,11 +136,11 @@ def test_gpu_groups_are_the_paper_settings_and_weights():
 
 def test_time_limit_stops_a_run_that_still_counts(tmp_path):
     """A run stopped by SIGTERM at its time limit checkpoints, exits 143, and keeps its SPS and the steps reached."""
-    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 45 s
-    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=45)
+    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 25 s
+    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=25)
     assert row["stopped"] and row["returncode"] == 143, row.get("error")
     assert 0 < row["steps"] < 1638400 and row["steps"] % (16 * 32) == 0 and row["sps"] > 0 and row["steady_sps"] > 0
-    assert 45 <= row["wall_seconds"] < 45 + 30
+    assert 25 <= row["wall_seconds"] < 25 + 30
     assert (tmp_path / "bench" / "checkpoint.pt").exists()
     summary = throughput.summarize([[row]])[0]
     assert summary["stopped_rounds"] == 1 and summary["sps"] == row["sps"] and "cuda_peak_bytes" not in summary

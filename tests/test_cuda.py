@@ -111,11 +111,34 @@ PQN_TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "
 
 
 def test_pqn_abs_end_to_end_on_device(device, tmp_path):
-    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--run-name", "pqn"], tmp_path, device)
-    tags = check_run(p, tmp_path / "pqn", device, "abs_pqn_atari", 2000, 2)
+    """Also the CPU suite's PQN + ABS end-to-end run (tests/test_abs_pqn_atari.py has the fixed-L ones)."""
+    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--run-name", "pqn", "--checkpoint-every", "500"], tmp_path, device)
+    run_dir = tmp_path / "pqn"
+    tags = check_run(p, run_dir, device, "abs_pqn_atari", 2000, 2)
+    assert "step " in p.stdout and "| L " in p.stdout and "ETA" in p.stdout
+    res = json.loads((run_dir / "eval_results.json").read_text())
+    assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "complete",
+                        "train_seconds", "eval", "args"} and res["complete"] is True
+    assert res["args"]["adapt"] is True and res["args"]["num_steps_max"] == 16
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon",
+                "losses/td_loss", "losses/q_values", "adapt/divergence", "adapt/divergence_mean",
+                "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs", "perf/env_seconds",
+                "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds"]:
+        assert tag in tags, tag
     Ls = [v for _, v in tags["adapt/num_steps"]]
     assert all(4 <= L <= 16 for L in Ls) and len(set(Ls)) > 1  # ABS moved L within its range
     assert all(0.0 <= d <= 1.0 for _, d in tags["adapt/divergence"])
+    steps = [s for s, _ in tags["adapt/divergence"]]
+    for tag in ["adapt/divergence_mean", "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs"]:
+        assert [s for s, _ in tags[tag]] == steps  # one row per measurement, paired by global step
+    for (_, L), (_, B), (_, ep) in zip(tags["adapt/num_steps"], tags["adapt/batch_size"], tags["adapt/update_epochs"]):
+        assert B == 8 * L and ep == pqn.update_epochs_for(int(L), 2, 32)
+    # Each iteration advances the global step by E * L, where L is the one produced by the previous measurement.
+    for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
+        assert s1 - s0 == 8 * L
+    assert (run_dir / "checkpoint.pt").exists()
+    # SPS stays a rate across checkpoints (it once divided all steps by the time since the last one).
+    assert max(v for _, v in tags["charts/SPS"]) < 5 * res["global_step"] / res["train_seconds"]
     storage = tags["perf/storage_bytes"][0][1]
     assert storage == pqn.Rollout.allocate(16, 8, (4, 84, 84), "meta").nbytes
     if device.type == "cuda":  # rollout storage, weights and both RAdam moments were all allocated on the GPU

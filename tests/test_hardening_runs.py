@@ -136,8 +136,10 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
                      ["--learning-rate must be", "got -1.0", "comes from the checkpoint"]),
     }
     for name, (change, needles) in cases.items():
-        if name in ("negative_step", "bad_flag") and script != GENERIC_IN:
-            continue  # checked by abs_utils before the script loads anything: the same in every script
+        if name in ("empty_network", "negative_step", "bad_flag") and script != GENERIC_IN:
+            # alike in every script: abs_utils checks the counters and flags before the script loads anything, and
+            # another network's weights already show that the script loads its network through load_state
+            continue
         bad = torch.load(ckpt, weights_only=True)
         change(bad)
         folder = tmp_path / name
