@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_btr  # noqa: E402
@@ -410,7 +412,7 @@ TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "
 
 def run(argv, cwd):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, SCRIPT, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+    return preloaded.run([sys.executable, SCRIPT, *argv], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -646,7 +648,7 @@ def files_of(run_dir):
 def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 480, tmp_path / "runs" / "once" / "checkpoint.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--no-impala", "--total-timesteps", str(total),
+    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--no-impala", "--total-timesteps", str(total),
                              "--output-dir", "runs", "--run-name", "once"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:  # wait until training runs

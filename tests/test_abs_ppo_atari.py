@@ -19,6 +19,8 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.distributions import Categorical, kl_divergence
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_ppo_atari as ppo  # noqa: E402
@@ -35,7 +37,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(args, tmp_path, timeout=300):
-    return subprocess.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
+    return preloaded.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
                           text=True, timeout=timeout, cwd=tmp_path, env=ENV)
 
 
@@ -258,7 +260,7 @@ def test_end_to_end_fixed_greedy_mode_with_track_divergence(tmp_path):
 
 
 def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
-    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "640", "--run-name", "s",
+    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "640", "--run-name", "s",
                              "--output-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=ENV, cwd=tmp_path)
     for line in proc.stdout:  # wait until training runs
@@ -270,7 +272,7 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
     ckpt = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=True)
     assert 0 < ckpt["global_step"] < 640 and ckpt["algo"] == "abs_ppo_atari"
     assert ckpt["scheduler"]["num_measurements"] == ckpt["iteration"]  # K = 1
-    p = subprocess.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "s" / "checkpoint.pt")],
+    p = preloaded.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "s" / "checkpoint.pt")],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
     assert f"at global_step {ckpt['global_step']}" in p.stdout
@@ -369,7 +371,7 @@ def test_the_int_flags_are_the_counts():
 
 
 def test_help_lists_every_flag(tmp_path):
-    p = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
+    p = preloaded.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
                        cwd=tmp_path)
     assert p.returncode == 0
     text = " ".join(p.stdout.split())

@@ -25,6 +25,8 @@ import pytest
 import torch
 from torch.distributions import Independent, Normal, kl_divergence
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "abs_ppo_mujoco.py"
 sys.path.insert(0, str(ROOT))  # the script imports abs_utils beside it
@@ -45,7 +47,7 @@ ADAPT_TAGS = ["adapt/kl", "adapt/kl_mean", "adapt/num_steps", "adapt/batch_size"
 
 def run_script(args, timeout=300, **kwargs):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+    return preloaded.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
                           env=env, **kwargs)
 
 
@@ -663,7 +665,7 @@ def test_hard_kill_after_a_checkpoint_keeps_the_events_up_to_it(tmp_path):
     # tensorflow's tf.io.gfile (used when tensorflow is installed) buffers until a flush.
     args = [*TINY, "--total-timesteps", "1000000", "--checkpoint-every", "2000", "--output-dir", str(tmp_path),
             "--run-name", "kill"]
-    p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     ckpt_path = tmp_path / "kill" / "checkpoint.pt"
     try:
@@ -778,7 +780,7 @@ def files_of(run_dir):
 def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 1000, tmp_path / "once" / "checkpoint.pt"
     args = [*TINY, "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
-    p = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         for line in p.stdout:  # wait for the first finished iteration

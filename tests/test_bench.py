@@ -79,7 +79,7 @@ def test_quick_benchmark_pqn_group(tmp_path):
     rows = res["groups"]["pqn"]
     assert [r["name"] for r in rows] == ["PQN fixed L=32", "PQN + ABS, L pinned at 32", "PQN + ABS, L in [16, 64]",
                                          "PQN + GNS, L pinned at 32"]
-    assert rows[0]["ratio"] == 1.0
+    assert rows[0]["ratio"] == 1.0 and rows[0]["phases"]["adapt_seconds"] == 0.0  # fixed L: no divergence phase
     for r in rows:
         assert r["returncode"] == 0 and r["sps"] > 0 and r["steady_sps"] > 0 and r["peak_rss_mb"] > 50
         assert set(r["phases"]) == {"env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"}
@@ -91,17 +91,12 @@ def test_quick_benchmark_pqn_group(tmp_path):
 
 
 def test_the_divergence_phase_is_timed_where_abs_measures(tmp_path):
-    """adapt_seconds: 0 for the fixed-L row, > 0 for ABS once it has measured (K = 2 here, 3 iterations: once)."""
-    table = throughput.configs(True)["pqn"]
-    seconds = []
-    for i in (0, 1):  # fixed L = 32, ABS with L pinned at 32
-        out = tmp_path / str(i)
-        out.mkdir()
-        flags = throughput.with_steps(shlex.split(table[i][2]), 3 * 16 * 32)
-        row = throughput.run_variant("abs_pqn_atari.py", flags, out, "--adapt-freq 2 --no-cuda")
-        assert row["returncode"] == 0, row.get("error")
-        seconds.append(row["phases"]["adapt_seconds"])
-    assert seconds[0] == 0.0 and seconds[1] > 0.0
+    """adapt_seconds > 0 for ABS once it has measured (K = 2 here, 3 iterations: once); the fixed-L row's 0 is
+    checked by the pipeline test above."""
+    flags = throughput.with_steps(shlex.split(throughput.configs(True)["pqn"][1][2]), 3 * 16 * 32)  # L pinned at 32
+    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--adapt-freq 2 --no-cuda")
+    assert row["returncode"] == 0, row.get("error")
+    assert row["phases"]["adapt_seconds"] > 0.0
 
 
 def test_gns_vs_abs_cost_reports_per_call_and_per_run_shares(tmp_path):
@@ -136,11 +131,11 @@ def test_gpu_groups_are_the_paper_settings_and_weights():
 
 def test_time_limit_stops_a_run_that_still_counts(tmp_path):
     """A run stopped by SIGTERM at its time limit checkpoints, exits 143, and keeps its SPS and the steps reached."""
-    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 25 s
-    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=25)
+    flags = throughput.scaled(throughput.configs(True)["pqn"][0][2], 100)  # far more steps than fit in 15 s
+    row = throughput.run_variant("abs_pqn_atari.py", flags, tmp_path, "--no-cuda", time_limit=15)
     assert row["stopped"] and row["returncode"] == 143, row.get("error")
     assert 0 < row["steps"] < 1638400 and row["steps"] % (16 * 32) == 0 and row["sps"] > 0 and row["steady_sps"] > 0
-    assert 25 <= row["wall_seconds"] < 25 + 30
+    assert 15 <= row["wall_seconds"] < 15 + 30
     assert (tmp_path / "bench" / "checkpoint.pt").exists()
     summary = throughput.summarize([[row]])[0]
     assert summary["stopped_rounds"] == 1 and summary["sps"] == row["sps"] and "cuda_peak_bytes" not in summary

@@ -26,6 +26,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_btr  # noqa: E402
@@ -71,7 +73,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def script_run(script, argv, tmp_path, device):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     flags = [] if device.type == "cuda" else ["--no-cuda"]
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *argv, *flags, "--output-dir", str(tmp_path)],
+    return preloaded.run([sys.executable, os.path.join(ROOT, script), *argv, *flags, "--output-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
 
 

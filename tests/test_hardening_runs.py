@@ -17,6 +17,8 @@ import time
 import pytest
 import torch
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 COMMON = ["--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0"]
@@ -44,7 +46,7 @@ def script_cmd(script, *argv):
 
 
 def run(script, argv, cwd, timeout=300):
-    return subprocess.run(script_cmd(script, *argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
+    return preloaded.run(script_cmd(script, *argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=ENV)
 
 
@@ -84,7 +86,7 @@ def test_a_signal_at_start_up_is_one_line_and_exit_128_plus_n(script, tmp_path):
 @pytest.mark.parametrize("script, sig", [(s, SIGNALS[i % 2]) for i, s in enumerate(SCRIPTS)])
 def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finished_run_is_kept(script, sig, tmp_path):
     flags, _ = SCRIPTS[script]
-    proc = subprocess.Popen(script_cmd(script, *flags, *COMMON, "--eval-episodes", "1000", "--output-dir",
+    proc = preloaded.Popen(script_cmd(script, *flags, *COMMON, "--eval-episodes", "1000", "--output-dir",
                                        str(tmp_path), "--run-name", "r"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
     lines = []
@@ -159,7 +161,7 @@ def test_a_prefix_run_stopped_during_its_evaluation_is_evaluated_again_at_its_st
     flags, _ = SCRIPTS[script]
     base = [*flags, *COMMON, "--total-timesteps", "128", "--stop-at-step", "64", "--output-dir", str(tmp_path),
             "--run-name", "r"]
-    proc = subprocess.Popen(script_cmd(script, *base, "--eval-episodes", "1000"), stdout=subprocess.PIPE,
+    proc = preloaded.Popen(script_cmd(script, *base, "--eval-episodes", "1000"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
     for line in proc.stdout:
         if line.startswith("evaluating"):

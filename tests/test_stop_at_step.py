@@ -11,6 +11,8 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 COMMON = ["--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0", "--eval-episodes", "1"]
@@ -33,7 +35,7 @@ SCHEDULES = ("charts/epsilon", "charts/learning_rate", "charts/per_beta")
 
 
 def run(script, argv, out):
-    p = subprocess.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
+    p = preloaded.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
                        timeout=600, cwd=out, env=ENV)
     assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
     return p
@@ -79,7 +81,7 @@ def test_stop_at_step_checks(tmp_path):
     checkpoint's step is refused (the run is there already); the checkpoint's own stop is not inherited."""
     script, (flags, _, _) = "abs_pqn_atari.py", CASES["abs_pqn_atari.py"]
     for bad in ("0", "-5", "1000"):
-        p = subprocess.run([sys.executable, os.path.join(ROOT, script), *flags, *COMMON, "--total-timesteps", "640",
+        p = preloaded.run([sys.executable, os.path.join(ROOT, script), *flags, *COMMON, "--total-timesteps", "640",
                             "--stop-at-step", bad, "--output-dir", str(tmp_path / "runs")], capture_output=True,
                            text=True, timeout=120, cwd=tmp_path, env=ENV)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--stop-at-step must be in [1, " in p.stderr
@@ -87,7 +89,7 @@ def test_stop_at_step_checks(tmp_path):
     run(script, [*flags, *COMMON, "--total-timesteps", "640", "--stop-at-step", "64", "--eval-episodes", "0",
                  "--output-dir", str(tmp_path), "--run-name", "r"], tmp_path)
     ckpt = str(tmp_path / "r" / "checkpoint.pt")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, script), "--resume", ckpt, "--stop-at-step", "64"],
+    p = preloaded.run([sys.executable, os.path.join(ROOT, script), "--resume", ckpt, "--stop-at-step", "64"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     assert p.returncode == 2 and "--stop-at-step (64) must be above the checkpoint's global_step" in p.stderr
     p = run(script, ["--resume", ckpt, "--stop-at-step", "160", "--eval-episodes", "0"], tmp_path)  # a later stop
