@@ -3,26 +3,30 @@
 A script started as `python abs_pqn_atari.py ...` spends about 4 s of one core importing torch (and torch._dynamo,
 which the first optimizer imports), envpool (which imports matplotlib) and TensorBoard before its first line of work,
 and the tests start over a hundred such processes. `run` and `Popen` here take subprocess's arguments and return what
-subprocess returns. For a command `sys.executable <one of the five training scripts> ...` they ask a server process,
-which imported those libraries once, to fork; the forked process runs the script as `python script.py` does: a real
-process with its own pid, pipes, working directory, environment and default signal dispositions, the script run by
-runpy as `__main__` with sys.argv and sys.path[0] set, and its exit status the one `python` would give (an uncaught
-exception prints its traceback and exits 1). The project's own modules (abs_utils, the script) are never preloaded:
-each run imports them afresh. A server serves one environment (thread counts and the like are read at import), one
-per pytest worker and environment; any other command goes to subprocess itself.
+subprocess returns. For a command `sys.executable <one of SCRIPTS> ...` they ask a server process, which imported
+those libraries once, to fork; the forked process runs the script as `python script.py` does: a real process with
+its own pid, pipes, working directory, environment and default signal dispositions; sys.argv, sys.path[0], the
+standard streams (buffering, encodings, newlines) and the random seeds of NumPy and torch set up as a fresh
+interpreter sets them; the script run as the module `__main__` under its absolute path; an uncaught exception's
+traceback starting at the script's own frame; and the exit status `python` would give (1 after a traceback, -2 after
+an uncaught KeyboardInterrupt). The project's own modules (abs_utils, the script) are never preloaded: each run
+imports them afresh. A server serves one environment (thread counts and the like are read at import): one per
+pytest worker and environment, at most MAX_SERVERS at a time. Any other command goes to subprocess itself, as does
+every command if a server cannot start (its imports started a thread, which would make forking unsafe).
 
-What a fork cannot show is how long the imports take: a test about the start-up (a signal during the imports) uses
-subprocess."""
+What a fork cannot give: the start-up's duration (a test about a signal during the imports uses subprocess), a
+string hash seed of its own (Python draws it before any code runs: the runs of one server share it), and warnings
+the libraries print at import (the server printed them once). One thread of the tests at a time uses a server."""
 import atexit
 import io
 import json
 import os
 import select
+import selectors
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,6 +34,7 @@ SCRIPTS = {os.path.join(ROOT, s) for s in ("abs_pqn_atari.py", "gns_pqn_atari.py
                                            "abs_ppo_mujoco.py", "abs_btr.py")}
 # Read by the process itself, not at import: not part of a server's identity.
 PER_RUN = {"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST"}
+MAX_SERVERS = 3
 MESSAGE = 1 << 20
 
 
@@ -41,7 +46,8 @@ def preload():
     import torch._dynamo  # noqa: F401 (what the first optimizer imports)
     import torch.utils.tensorboard  # noqa: F401
     import tyro  # noqa: F401
-    assert len(os.listdir("/proc/self/task")) == 1, "a thread started while importing: forking would not be safe"
+    if len(os.listdir("/proc/self/task")) != 1:
+        sys.exit("preloaded: a thread started while importing; forking would not be safe")
 
 
 def serve(sock):
@@ -74,32 +80,51 @@ def serve(sock):
 
 
 def become(request, fds):
-    """In the forked process: what `python <script> <args>` would have set up, then the script's path."""
+    """In the forked process: what `python <script> <args>` would have set up; returns the script's absolute path."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-        if fd > 2:
-            os.close(fd)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
 
-    def stream(fd, mode, **kw):
-        raw = io.FileIO(fd, mode, closefd=False)
-        if unbuffered and mode == "w":
-            return io.TextIOWrapper(raw, write_through=True, **kw)
-        return io.TextIOWrapper(io.BufferedWriter(raw) if mode == "w" else io.BufferedReader(raw), **kw)
+    # The standard streams as CPython's create_stdio makes them: buffer sizes from the file, "\n" newlines, stderr
+    # line-buffered, everything unbuffered (write-through) under PYTHONUNBUFFERED.
+    buffered = not request["env"].get("PYTHONUNBUFFERED")
+
+    def stream(fd, old, name):
+        writing = fd != 0
+        raw_or_buffer = io.open(fd, "wb" if writing else "rb", buffering=-1 if buffered or not writing else 0,
+                                closefd=False)
+        (raw_or_buffer.raw if hasattr(raw_or_buffer, "raw") else raw_or_buffer).name = name
+        line = buffered and writing and (os.isatty(fd) or fd == 2)
+        return io.TextIOWrapper(raw_or_buffer, encoding=old.encoding, errors=old.errors, newline="\n",
+                                line_buffering=line, write_through=not buffered)
 
     sys._preloaded_streams = (sys.stdin, sys.stdout, sys.stderr)  # kept: never closed, never collected
-    sys.stdin = sys.__stdin__ = stream(0, "r", encoding=sys.stdin.encoding)
-    sys.stdout = sys.__stdout__ = stream(1, "w", encoding=sys.stdout.encoding, errors=sys.stdout.errors)
-    sys.stderr = sys.__stderr__ = stream(2, "w", encoding=sys.stderr.encoding, errors="backslashreplace",
-                                         line_buffering=True)
-    script = request["argv"][1]
+    sys.stdin = sys.__stdin__ = stream(0, sys.stdin, "<stdin>")
+    sys.stdout = sys.__stdout__ = stream(1, sys.stdout, "<stdout>")
+    sys.stderr = sys.__stderr__ = stream(2, sys.stderr, "<stderr>")
+
+    import numpy as np
+    import torch
+    np.random.seed()  # a fresh interpreter's global generators start from fresh entropy; Python's random module
+    torch.seed()  # is reseeded at fork by itself
+
+    script = os.path.join(request["cwd"], request["argv"][1])
     sys.argv = request["argv"][1:]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    sys.path[0] = os.path.dirname(script)
+
+    def excepthook(kind, value, tb):  # the traceback from the script's own frame, as `python script.py` prints it
+        first = tb
+        while first is not None and first.tb_frame.f_code.co_filename != script:
+            first = first.tb_next
+        sys.__excepthook__(kind, value.with_traceback(first or tb), first or tb)  # (printed from value's)
+
+    sys.excepthook = excepthook
     return script
 
 
@@ -114,19 +139,28 @@ class _Server:
         self.statuses = {}  # pid -> wait status, of the processes that ended
 
     def start(self, argv, cwd, env, fds):
-        socket.send_fds(self.sock, [json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()], fds)
+        try:
+            socket.send_fds(self.sock, [json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()], fds)
+        except OSError:
+            self._gone()
         while True:
             reply = self._receive(None)
             if "started" in reply:
                 return reply["started"]
 
+    def _gone(self):
+        raise ServerGone(f"the preloaded server ended (exit {self.proc.wait()})")
+
     def _receive(self, timeout):
         readable, _, _ = select.select([self.sock], [], [], timeout)
         if not readable:
             return {}
-        msg = self.sock.recv(MESSAGE)
+        try:
+            msg = self.sock.recv(MESSAGE)
+        except OSError:
+            msg = b""
         if not msg:
-            raise RuntimeError(f"the preloaded server ended (exit {self.proc.poll()})")
+            self._gone()
         reply = json.loads(msg)
         if "pid" in reply:
             self.statuses[reply["pid"]] = reply["status"]
@@ -149,14 +183,26 @@ class _Server:
             self.proc.kill()
 
 
-_SERVERS = {}
+class ServerGone(RuntimeError):
+    pass
 
 
-def _server(env):
-    key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_RUN))
-    if key not in _SERVERS or _SERVERS[key].proc.poll() is not None:
-        _SERVERS[key] = _Server({k: v for k, v in env.items() if k not in PER_RUN})
-    return _SERVERS[key]
+_SERVERS = {}  # environment -> server, the most recently used last
+_UNAVAILABLE = set()  # environments whose server could not start
+
+
+def _key(env):
+    return tuple(sorted((k, v) for k, v in env.items() if k not in PER_RUN))
+
+
+def _server(key):
+    server = _SERVERS.pop(key, None)
+    if server is None or server.proc.poll() is not None:
+        server = _Server(dict(key))
+        while len(_SERVERS) >= MAX_SERVERS:
+            _SERVERS.pop(next(iter(_SERVERS))).close()
+    _SERVERS[key] = server
+    return server
 
 
 @atexit.register
@@ -165,11 +211,16 @@ def _close_servers():
         server.close()
 
 
-def _served(args, kwargs):
-    return (isinstance(args, (list, tuple)) and len(args) > 1 and args[0] == sys.executable
-            and os.path.abspath(str(args[1])) in SCRIPTS
-            and set(kwargs) <= {"stdin", "stdout", "stderr", "text", "cwd", "env"}
-            and kwargs.get("stdin") in (None, subprocess.DEVNULL))
+def _script(args, kwargs):
+    """The script's absolute path if the command is one to serve, else None."""
+    if not (isinstance(args, (list, tuple)) and len(args) > 1 and args[0] == sys.executable):
+        return None
+    if not set(kwargs) <= {"stdin", "stdout", "stderr", "text", "cwd", "env"} or kwargs.get("stdin") not in (
+            None, subprocess.DEVNULL):
+        return None
+    script = os.path.normpath(os.path.join(os.path.abspath(str(kwargs.get("cwd") or os.getcwd())), str(args[1])))
+    env = os.environ if kwargs.get("env") is None else kwargs["env"]
+    return script if script in SCRIPTS and _key(env) not in _UNAVAILABLE else None
 
 
 class _Process:
@@ -178,6 +229,7 @@ class _Process:
     def __init__(self, args, stdin=None, stdout=None, stderr=None, text=False, cwd=None, env=None):
         self.args = args
         self.returncode = None
+        self.text = text
         env = dict(os.environ if env is None else env)
         close_here = []
 
@@ -190,7 +242,9 @@ class _Process:
                 fd = os.open(os.devnull, os.O_WRONLY)
                 close_here.append(fd)
                 return None, fd
-            return None, (where.fileno() if hasattr(where, "fileno") else where) if where is not None else None
+            if where is None:
+                return None, None
+            return None, where.fileno() if hasattr(where, "fileno") else where
 
         out_r, out_w = output(stdout)
         if stderr == subprocess.STDOUT:
@@ -198,11 +252,16 @@ class _Process:
         else:
             err_r, err_w = output(stderr)
         null_in = os.open(os.devnull, os.O_RDONLY) if stdin == subprocess.DEVNULL else None
-        fds = [null_in if null_in is not None else 0, 1 if out_w is None else out_w, 2 if err_w is None else err_w]
+        fds = [0 if null_in is None else null_in, 1 if out_w is None else out_w, 2 if err_w is None else err_w]
         try:
-            self._server = _server(env)
-            self.pid = self._server.start([str(a) for a in args], os.path.abspath(str(cwd or os.getcwd())),
-                                          env, fds)
+            self._server = _server(_key(env))
+            self.pid = self._server.start([str(a) for a in args], os.path.abspath(str(cwd or os.getcwd())), env,
+                                          fds)
+        except BaseException:
+            for fd in (out_r, err_r):
+                if fd is not None:
+                    os.close(fd)
+            raise
         finally:
             for fd in close_here + ([null_in] if null_in is not None else []):
                 os.close(fd)
@@ -210,6 +269,7 @@ class _Process:
         self.stdin = None
         self.stdout = open(out_r, mode) if out_r is not None else None
         self.stderr = open(err_r, mode) if err_r is not None else None
+        self._output = None  # file -> bytes read by communicate, as subprocess keeps them across calls
 
     def poll(self):
         return self._wait(0)
@@ -228,7 +288,10 @@ class _Process:
 
     def send_signal(self, sig):
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended and was reaped before its status arrived; subprocess ignores it too
+                pass
 
     def terminate(self):
         self.send_signal(signal.SIGTERM)
@@ -237,22 +300,39 @@ class _Process:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, input=None, timeout=None):
+        """As subprocess's on POSIX: reads the pipes with os.read until they close (what a file object had already
+        buffered is not seen again), keeps what it read across a timeout, then waits."""
         assert input is None, "no stdin for a preloaded run"
-        results = {}
-        readers = [threading.Thread(target=lambda n=n, f=f: results.__setitem__(n, f.read()), daemon=True)
-                   for n, f in (("out", self.stdout), ("err", self.stderr)) if f is not None]
+        if self._output is None:
+            self._output = {f: [] for f in (self.stdout, self.stderr) if f is not None and not f.closed}
         deadline = None if timeout is None else time.monotonic() + timeout
-        for t in readers:
-            t.start()
-        for t in readers:
-            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if t.is_alive():
-                raise subprocess.TimeoutExpired(self.args, timeout)
+        with selectors.DefaultSelector() as selector:
+            for f in self._output:
+                if not f.closed:
+                    selector.register(f, selectors.EVENT_READ)
+            while selector.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout, *self._read(raw=True))
+                for key, _ in selector.select(left):
+                    data = os.read(key.fd, 32768)
+                    if data:
+                        self._output[key.fileobj].append(data)
+                    else:
+                        selector.unregister(key.fileobj)
+                        key.fileobj.close()
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        for f in (self.stdout, self.stderr):
-            if f is not None:
-                f.close()
-        return results.get("out"), results.get("err")
+        return self._read()
+
+    def _read(self, raw=False):
+        def text(f):
+            if f not in self._output:
+                return None
+            data = b"".join(self._output[f])
+            if raw or not self.text:
+                return data
+            return data.decode(f.encoding, f.errors).replace("\r\n", "\n").replace("\r", "\n")
+        return text(self.stdout), text(self.stderr)
 
     def __enter__(self):
         return self
@@ -265,21 +345,24 @@ class _Process:
 
 
 def Popen(args, **kwargs):
-    return _Process(args, **kwargs) if _served(args, kwargs) else subprocess.Popen(args, **kwargs)
+    if _script(args, kwargs):
+        try:
+            return _Process(args, **kwargs)
+        except ServerGone:
+            _UNAVAILABLE.add(_key(os.environ if kwargs.get("env") is None else kwargs["env"]))
+    return subprocess.Popen(args, **kwargs)
 
 
 def run(args, capture_output=False, timeout=None, check=False, **kwargs):
     """subprocess.run, served for a training script's command."""
     if capture_output:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if not _served(args, kwargs):
-        return subprocess.run(args, timeout=timeout, check=check, **kwargs)
-    proc = _Process(args, **kwargs)
+    proc = Popen(args, **kwargs)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
         proc.kill()
-        proc.wait()
+        e.stdout, e.stderr = proc.communicate()
         raise
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, args, out, err)
@@ -287,9 +370,19 @@ def run(args, capture_output=False, timeout=None, check=False, **kwargs):
 
 
 if __name__ == "__main__":
-    import runpy
     server_socket = socket.socket(fileno=int(sys.argv[1]))
     preload()
     script_path = serve(server_socket)  # returns in a forked process only
     del server_socket
-    runpy.run_path(script_path, run_name="__main__")
+    # The script as the module __main__, with the globals `python script.py` gives it (not runpy.run_path, which
+    # would set sys.argv[0] to the absolute path).
+    import builtins
+    import types
+    from importlib.machinery import SourceFileLoader
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__package__=None, __loader__=SourceFileLoader("__main__", script_path), __spec__=None,
+                         __annotations__={}, __builtins__=builtins, __file__=script_path, __cached__=None)
+    sys.modules["__main__"] = main
+    with open(script_path, "rb") as source:
+        code = compile(source.read(), script_path, "exec")
+    exec(code, main.__dict__)
