@@ -413,7 +413,7 @@ TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "
 def run(argv, cwd):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return preloaded.run([sys.executable, SCRIPT, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+                         timeout=600)
 
 
 def scalars(run_dir):
@@ -649,8 +649,8 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 480, tmp_path / "runs" / "once" / "checkpoint.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--no-impala", "--total-timesteps", str(total),
-                             "--output-dir", "runs", "--run-name", "once"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            "--output-dir", "runs", "--run-name", "once"], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break

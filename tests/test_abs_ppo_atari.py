@@ -38,7 +38,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def run(args, tmp_path, timeout=300):
     return preloaded.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
-                          text=True, timeout=timeout, cwd=tmp_path, env=ENV)
+                         text=True, timeout=timeout, cwd=tmp_path, env=ENV)
 
 
 def scalars(run_dir):
@@ -261,8 +261,8 @@ def test_end_to_end_fixed_greedy_mode_with_track_divergence(tmp_path):
 
 def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
     proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "640", "--run-name", "s",
-                             "--output-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=ENV, cwd=tmp_path)
+                            "--output-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=ENV, cwd=tmp_path)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break
@@ -273,7 +273,7 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
     assert 0 < ckpt["global_step"] < 640 and ckpt["algo"] == "abs_ppo_atari"
     assert ckpt["scheduler"]["num_measurements"] == ckpt["iteration"]  # K = 1
     p = preloaded.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "s" / "checkpoint.pt")],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
+                      capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
     assert f"at global_step {ckpt['global_step']}" in p.stdout
     res = json.loads((tmp_path / "s" / "eval_results.json").read_text())
@@ -372,7 +372,7 @@ def test_the_int_flags_are_the_counts():
 
 def test_help_lists_every_flag(tmp_path):
     p = preloaded.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
-                       cwd=tmp_path)
+                      cwd=tmp_path)
     assert p.returncode == 0
     text = " ".join(p.stdout.split())
     for field in ppo.Args.__dataclass_fields__:

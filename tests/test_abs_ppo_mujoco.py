@@ -48,7 +48,7 @@ ADAPT_TAGS = ["adapt/kl", "adapt/kl_mean", "adapt/num_steps", "adapt/batch_size"
 def run_script(args, timeout=300, **kwargs):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return preloaded.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, **kwargs)
+                         env=env, **kwargs)
 
 
 def scalars(run_dir):
@@ -666,7 +666,7 @@ def test_hard_kill_after_a_checkpoint_keeps_the_events_up_to_it(tmp_path):
     args = [*TINY, "--total-timesteps", "1000000", "--checkpoint-every", "2000", "--output-dir", str(tmp_path),
             "--run-name", "kill"]
     p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     ckpt_path = tmp_path / "kill" / "checkpoint.pt"
     try:
         deadline = time.time() + 120
@@ -781,7 +781,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 1000, tmp_path / "once" / "checkpoint.pt"
     args = [*TINY, "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
     p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         for line in p.stdout:  # wait for the first finished iteration
             if line.startswith("step "):

@@ -38,7 +38,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def run(args, tmp_path, timeout=600):
     return preloaded.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
-                          text=True, timeout=timeout, cwd=tmp_path, env=ENV)
+                         text=True, timeout=timeout, cwd=tmp_path, env=ENV)
 
 
 def scalars(run_dir):
@@ -346,7 +346,7 @@ def test_defaults_are_valid_and_the_papers():
 def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
     out = tmp_path / "out"
     p = preloaded.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+                      capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
@@ -357,7 +357,7 @@ def test_compile_without_a_compiler_is_a_one_line_error(tmp_path):
     out = tmp_path / "out"
     env = {**ENV, "PATH": str(tmp_path), "CXX": "no-such-compiler"}  # nothing on PATH: no g++, no clang++
     p = preloaded.run([sys.executable, SCRIPT, "--compile", "--output-dir", str(out)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path, env=env)
+                      timeout=120, cwd=tmp_path, env=env)
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
         "error: --compile needs a C++ compiler on PATH (g++ or clang++, or $CXX) to build its kernels; none found"]
     assert not out.exists()
@@ -531,8 +531,8 @@ def test_resume_continues_step_count_and_run_dir(tmp_path):
 def test_two_quick_sigterms_still_checkpoint_and_exit_143(tmp_path):
     """A cluster or a double Ctrl-C: the second signal arrives while the first is being handled."""
     proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "10000000", "--run-name", "twice",
-                             "--checkpoint-every", "0", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=ENV)
+                            "--checkpoint-every", "0", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=ENV)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break
@@ -575,7 +575,7 @@ def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path, ca
 
 def test_help_lists_every_flag_with_its_docstring(tmp_path):
     p = preloaded.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
-                       cwd=tmp_path)
+                      cwd=tmp_path)
     assert p.returncode == 0
     text = " ".join(p.stdout.split())
     for field in pqn.Args.__dataclass_fields__:
@@ -738,8 +738,8 @@ def files_of(run_dir):
 def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 512, tmp_path / "once" / "checkpoint.pt"
     proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
-                             "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+                            "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break
@@ -750,7 +750,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
     assert 0 < stopped < total and torch.load(ckpt_path, weights_only=True)["algo"] == "abs_pqn_atari"
     p = preloaded.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path, env=ENV)
+                      timeout=600, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
     res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
     assert total <= res["global_step"] < total + 8 * 16  # the original --total-timesteps, not the default 20M
@@ -768,7 +768,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     # A new run with the same --run-name is refused and leaves the first run's files as they were.
     before = files_of(tmp_path / "once")
     p = preloaded.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
-                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+                       str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
     assert files_of(tmp_path / "once") == before

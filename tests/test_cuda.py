@@ -74,7 +74,7 @@ def script_run(script, argv, tmp_path, device):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     flags = [] if device.type == "cuda" else ["--no-cuda"]
     return preloaded.run([sys.executable, os.path.join(ROOT, script), *argv, *flags, "--output-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
 
 
 def scalars(run_dir):

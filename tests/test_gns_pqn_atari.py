@@ -47,7 +47,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def run(args, tmp_path, timeout=600):
     return preloaded.run([sys.executable, SCRIPT, *args, "--output-dir", str(tmp_path)], capture_output=True,
-                          text=True, timeout=timeout, cwd=tmp_path, env=ENV)
+                         text=True, timeout=timeout, cwd=tmp_path, env=ENV)
 
 
 def scalars(run_dir):
@@ -416,7 +416,7 @@ def test_shared_flags_and_code_are_abs_pqn_atari_s():
 def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
     out = tmp_path / "out"
     p = preloaded.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+                      capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
@@ -665,8 +665,8 @@ def files_of(run_dir):
 def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     total, ckpt_path = 256, tmp_path / "once" / "checkpoint.pt"
     proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
-                             "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+                            "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break
@@ -676,7 +676,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
     assert 0 < stopped < total
     p = preloaded.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path, env=ENV)
+                      timeout=600, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
     res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
     assert total <= res["global_step"] < total + 8 * 8  # the original --total-timesteps, not the default 20M
@@ -694,7 +694,7 @@ def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
     # A new run with the same --run-name is refused and leaves the first run's files as they were.
     before = files_of(tmp_path / "once")
     p = preloaded.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
-                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+                       str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
     assert files_of(tmp_path / "once") == before

@@ -47,7 +47,7 @@ def script_cmd(script, *argv):
 
 def run(script, argv, cwd, timeout=300):
     return preloaded.run(script_cmd(script, *argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=ENV)
+                         env=ENV)
 
 
 def no_traceback(p_err):
@@ -87,8 +87,8 @@ def test_a_signal_at_start_up_is_one_line_and_exit_128_plus_n(script, tmp_path):
 def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finished_run_is_kept(script, sig, tmp_path):
     flags, _ = SCRIPTS[script]
     proc = preloaded.Popen(script_cmd(script, *flags, *COMMON, "--eval-episodes", "1000", "--output-dir",
-                                       str(tmp_path), "--run-name", "r"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
+                                      str(tmp_path), "--run-name", "r"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
     lines = []
     for line in proc.stdout:  # until the evaluation (1000 games: minutes) has begun
         lines.append(line)
@@ -162,7 +162,7 @@ def test_a_prefix_run_stopped_during_its_evaluation_is_evaluated_again_at_its_st
     base = [*flags, *COMMON, "--total-timesteps", "128", "--stop-at-step", "64", "--output-dir", str(tmp_path),
             "--run-name", "r"]
     proc = preloaded.Popen(script_cmd(script, *base, "--eval-episodes", "1000"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
     for line in proc.stdout:
         if line.startswith("evaluating"):
             break

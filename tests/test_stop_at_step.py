@@ -36,7 +36,7 @@ SCHEDULES = ("charts/epsilon", "charts/learning_rate", "charts/per_beta")
 
 def run(script, argv, out):
     p = preloaded.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
-                       timeout=600, cwd=out, env=ENV)
+                      timeout=600, cwd=out, env=ENV)
     assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
     return p
 
@@ -82,15 +82,15 @@ def test_stop_at_step_checks(tmp_path):
     script, (flags, _, _) = "abs_pqn_atari.py", CASES["abs_pqn_atari.py"]
     for bad in ("0", "-5", "1000"):
         p = preloaded.run([sys.executable, os.path.join(ROOT, script), *flags, *COMMON, "--total-timesteps", "640",
-                            "--stop-at-step", bad, "--output-dir", str(tmp_path / "runs")], capture_output=True,
-                           text=True, timeout=120, cwd=tmp_path, env=ENV)
+                           "--stop-at-step", bad, "--output-dir", str(tmp_path / "runs")], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env=ENV)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--stop-at-step must be in [1, " in p.stderr
         assert not (tmp_path / "runs").exists()
     run(script, [*flags, *COMMON, "--total-timesteps", "640", "--stop-at-step", "64", "--eval-episodes", "0",
                  "--output-dir", str(tmp_path), "--run-name", "r"], tmp_path)
     ckpt = str(tmp_path / "r" / "checkpoint.pt")
     p = preloaded.run([sys.executable, os.path.join(ROOT, script), "--resume", ckpt, "--stop-at-step", "64"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+                      capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     assert p.returncode == 2 and "--stop-at-step (64) must be above the checkpoint's global_step" in p.stderr
     p = run(script, ["--resume", ckpt, "--stop-at-step", "160", "--eval-episodes", "0"], tmp_path)  # a later stop
     result = json.loads((tmp_path / "r" / "eval_results.json").read_text())
