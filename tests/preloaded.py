@@ -42,12 +42,12 @@ MESSAGE = 1 << 20
 def preload():
     import envpool  # noqa: F401 (and gymnasium)
     import numpy  # noqa: F401
-    import torch
+    import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 (what the first optimizer imports)
     import torch.utils.tensorboard  # noqa: F401
     import tyro  # noqa: F401
-    if len(os.listdir("/proc/self/task")) != 1:
-        sys.exit("preloaded: a thread started while importing; forking would not be safe")
+    if not os.path.isdir("/proc/self/task") or len(os.listdir("/proc/self/task")) != 1:
+        sys.exit("preloaded: a thread started while importing (or no /proc to tell); forking would not be safe")
 
 
 def serve(sock):
