@@ -573,6 +573,9 @@ if __name__ == "__main__":
     storage_bytes = rollout.nbytes
 
     global_step, iteration, L_moved = 0, 0, False  # L_moved: L has left L_min (--base-epochs-in-burn-in)
+    # The burn-in's L is L_min rounded up to a multiple of the minibatch count; a fixed-L run has no burn-in.
+    L_first = multiples_in(L_min, L_max, scheduler.multiple)[0]
+    keep_base = args.adapt and args.base_epochs_in_burn_in
     if checkpoint is not None:
         U.load_state(args.resume, checkpoint, "agent", agent.load_state_dict)
         U.load_state(args.resume, checkpoint, "optimizer", optimizer.load_state_dict)
@@ -598,9 +601,9 @@ if __name__ == "__main__":
     measuring = args.adapt or args.track_divergence
     while global_step < run.stop_step:  # --total-timesteps, or --stop-at-step
         L = scheduler.num_steps
-        L_moved = L_moved or L != L_min
+        L_moved = L_moved or L != L_first
         epochs = update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs,
-                                   args.base_epochs_in_burn_in and not L_moved)
+                                   keep_base and not L_moved)
         measure = measuring and measures_in(iteration, args.adapt_freq)
         if measure:
             snapshot.load_state_dict(agent.state_dict())
@@ -652,7 +655,7 @@ if __name__ == "__main__":
                 "adapt/kl": kl, "adapt/divergence_ess": ess, mean_tag: scheduler.delta_bar, "adapt/num_steps": new_L,
                 "adapt/batch_size": new_L * E, "adapt/update_epochs": update_epochs_for(
                     new_L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs,
-                    args.base_epochs_in_burn_in and not (L_moved or new_L != L_min))})
+                    keep_base and not (L_moved or new_L != L_first))})
         iteration += 1
 
         sps = run.sps(global_step)

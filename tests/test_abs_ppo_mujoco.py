@@ -847,14 +847,15 @@ def test_update_epochs_keep_base_returns_the_base():
     assert ppo.update_epochs_for(4096, 10, 2048, 1, False) == 20
 
 
-@pytest.mark.parametrize("base_in_burn_in", [False, True])
-def test_epochs_per_iteration_with_and_without_base_epochs_in_burn_in(tmp_path, base_in_burn_in):
+@pytest.mark.parametrize("base_in_burn_in, L_min", [(False, 64), (True, 64), (True, 62)])
+def test_epochs_per_iteration_with_and_without_base_epochs_in_burn_in(tmp_path, base_in_burn_in, L_min):
     """L_min 64, update epochs 8 at ref 128: the rule gives 4 epochs at L = 64. With the flag, 8 until L first leaves
-    64 (after the burn-in of 3 measurements), then the rule. Read from the epochs each iteration's update used."""
+    64 (after the burn-in of 3 measurements), then the rule. Read from the epochs each iteration's update used.
+    --num-steps-min 62 is rounded up to 64 (4 minibatches), the L of the burn-in: the flag holds there too."""
     flags = ["--burn-in", "3", "--divergence", "kl", "--kl-low", "10", "--kl-high", "100", "--update-epochs", "8",
              "--epochs-ref-steps", "128", "--total-timesteps", "1500", "--eval-episodes", "0"]
     r = run_script([*TINY, *flags, *(["--base-epochs-in-burn-in"] if base_in_burn_in else []),
-                    "--output-dir", str(tmp_path), "--run-name", "e"])
+                    "--num-steps-min", str(L_min), "--output-dir", str(tmp_path), "--run-name", "e"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     tags = scalars(tmp_path / "e")
     Ls = [int(v) for _, v in tags["adapt/num_steps"]]  # L after each iteration's measurement (--adapt-freq 1)
@@ -868,3 +869,12 @@ def test_epochs_per_iteration_with_and_without_base_epochs_in_burn_in(tmp_path, 
     ck = torch.load(tmp_path / "e" / "checkpoint.pt", weights_only=True)
     assert ck["L_moved"] is True and ck["args"]["burn_in"] == 3
     assert ck["args"]["base_epochs_in_burn_in"] is base_in_burn_in
+
+
+def test_base_epochs_in_burn_in_leaves_a_fixed_L_run_to_the_epoch_rule(tmp_path):
+    """--no-adapt has no burn-in: the flag changes nothing (4 epochs at L = 64, update epochs 8 at ref 128)."""
+    r = run_script([*TINY, "--no-adapt", "--num-steps", "64", "--track-divergence", "--update-epochs", "8",
+                    "--epochs-ref-steps", "128", "--total-timesteps", "640", "--eval-episodes", "0",
+                    "--base-epochs-in-burn-in", "--output-dir", str(tmp_path), "--run-name", "f"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert {int(v) for _, v in scalars(tmp_path / "f")["adapt/update_epochs"]} == {4}
