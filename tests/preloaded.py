@@ -224,7 +224,8 @@ def _script(args, kwargs):
 
 
 class _Process:
-    """subprocess.Popen's interface for a process the server forked."""
+    """The part of subprocess.Popen's interface the tests use (pid, stdout, stderr, returncode, poll, wait,
+    send_signal, kill, communicate), for a process the server forked."""
 
     def __init__(self, args, stdin=None, stdout=None, stderr=None, text=False, cwd=None, env=None):
         self.args = args
@@ -293,9 +294,6 @@ class _Process:
             except ProcessLookupError:  # it ended and was reaped before its status arrived; subprocess ignores it too
                 pass
 
-    def terminate(self):
-        self.send_signal(signal.SIGTERM)
-
     def kill(self):
         self.send_signal(signal.SIGKILL)
 
@@ -333,15 +331,6 @@ class _Process:
                 return data
             return data.decode(f.encoding, f.errors).replace("\r\n", "\n").replace("\r", "\n")
         return text(self.stdout), text(self.stderr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for f in (self.stdout, self.stderr):
-            if f is not None:
-                f.close()
-        self.wait()
 
 
 def Popen(args, **kwargs):
