@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 
 from measures import AGGREGATES, divergence_tag, is_abs_run, runs_of, size_tag  # noqa: E402
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run  # noqa: E402
-from stats import band, binned, finite  # noqa: E402
+from stats import band, binned, finite, held  # noqa: E402
 
 UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed)",
          "adapt/kl": "divergence δ = KL (nats)",
@@ -48,12 +48,20 @@ def grid(n: int, title: str, w=4.5, h=3.4):
 
 
 def curve_rows(runs: list[Run], tag: str, bins: int):
-    """Binned across-run band of one tag: (step, mean, min, max, n) arrays, empty bins removed."""
-    series = [r.scalars[tag] for r in runs if tag in r.scalars]
-    if not series:
+    """Binned across-run band of one tag: (step, mean, min, max, n) arrays, empty bins removed. A controller tag
+    (the divergence, L or the batch size: measured every K iterations, and holding in between) keeps each run's
+    latest measured value in the bins it did not measure in, up to the bin where the run ended (stats.held), so
+    that every bin averages every run that has started measuring."""
+    runs = [r for r in runs if tag in r.scalars]
+    if not runs:
         return None
-    edges = np.linspace(0, max(max(r.total_steps for r in runs), max(s.max() for s, _ in series)), bins + 1)
-    mean, lo, hi, n = band([binned(s, v, edges) for s, v in series])
+    end = max(max(r.total_steps for r in runs), max(r.scalars[tag][0].max() for r in runs))
+    edges = np.linspace(0, end, bins + 1)
+    curves = [binned(*r.scalars[tag], edges) for r in runs]
+    if tag in (*DIVERGENCE_TAGS, *SIZE_TAGS):
+        last = [int(np.clip(np.digitize(r.total_steps, edges[1:-1]), 0, bins - 1)) for r in runs]
+        curves = [held(c, k) for c, k in zip(curves, last)]
+    mean, lo, hi, n = band(curves)
     keep = n > 0
     return (0.5 * (edges[1:] + edges[:-1]))[keep], mean[keep], lo[keep], hi[keep], n[keep]
 

@@ -216,6 +216,19 @@ def binned(steps, values, edges: np.ndarray) -> np.ndarray:
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+def held(curve: np.ndarray, last: int) -> np.ndarray:
+    """A binned curve of a quantity that holds between its measurements (the schedule's divergence and L): each
+    empty bin from the first measured one to bin `last` (where the run ended) takes the value of the latest
+    measured bin before it. Without this, a bin that only some runs measured in averages over those runs alone
+    (the mean over games of runs whose measurements fall at different steps jumps between them)."""
+    out = np.array(curve, dtype=float)
+    idx = np.where(np.isnan(out), -1, np.arange(len(out)))
+    np.maximum.accumulate(idx, out=idx)
+    fill = (idx >= 0) & (np.arange(len(out)) <= last)
+    out[fill] = out[idx[fill]]
+    return out
+
+
 def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """Across-run mean, min, max and count per bin of binned curves."""
     a = np.vstack(curves)

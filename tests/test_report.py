@@ -302,10 +302,14 @@ def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
     assert {(r["game"], r["tag"], r["label"]) for r in rows} == {
         (g, t, "ABS") for g in ("Hopper", "Walker2d") for t in ("adapt/kl", "adapt/num_steps")}
     hopper_L = {float(r["step"]): r for r in rows if (r["game"], r["tag"]) == ("Hopper", "adapt/num_steps")}
-    assert sorted(hopper_L) == [100.0, 300.0, 500.0, 700.0, 900.0, 1100.0]  # bin centres; empty bins left out
+    # bin centres from the first measured bin to the run's end (10,000 steps): the bins without a measurement hold
+    # each run's latest value (L does not change between measurements)
+    assert sorted(hopper_L) == [100.0 + 200 * i for i in range(50)]
     b = hopper_L[900.0]
     assert (float(b["mean"]), float(b["min"]), float(b["max"]), b["n_runs"]) == (24.5, 20.5, 28.5, "2")
-    assert [float(r["mean"]) for r in rows if r["tag"] == "adapt/kl"] == pytest.approx([0.02] * 12)  # 6 bins x 2
+    b = hopper_L[1300.0]  # no measurement since 1120: seed 1 holds 32, seed 2 holds 25
+    assert (float(b["mean"]), float(b["min"]), float(b["max"]), b["n_runs"]) == (28.5, 25.0, 32.0, "2")
+    assert [float(r["mean"]) for r in rows if r["tag"] == "adapt/kl"] == pytest.approx([0.02] * 100)  # 50 bins x 2
     import matplotlib.image as mpimg
     assert mpimg.imread(tmp_path / "o" / "adapt_by_game.png").shape[0] > 100
     # The fixed-L baseline logged the divergence it does not use: the paper's Figure 1 draws it beside ABS's, per
@@ -334,6 +338,30 @@ def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
             rows = list(csv.DictReader(f))
         assert len({r["game"] for r in rows}) == 8 and {r["tag"] for r in rows} == {tag}, name
         assert mpimg.imread(tmp_path / "m" / f"{name}.png").shape[0] > 100
+
+
+def test_held_keeps_a_controller_value_until_the_next_measurement():
+    nan = float("nan")
+    got = stats.held(np.array([nan, 1.0, nan, nan, 3.0, nan, nan]), 5)
+    np.testing.assert_array_equal(got, [nan, 1.0, 1.0, 1.0, 3.0, 3.0, nan])  # nothing before the first or past 5
+    np.testing.assert_array_equal(stats.held(np.array([nan, nan]), 1), [nan, nan])
+
+
+def test_mean_over_games_averages_every_game_when_their_measurements_fall_at_different_steps(tmp_path):
+    """Hopper measures L = 16 at steps 100, 500, 900; Walker2d L = 32 at 300, 700, 1100 (runs of 1,200 steps, 50
+    bins of 24 steps). Binning alone gave each bin one game's L (16 or 32 in turn); with each run holding its latest
+    L, every bin from 300 on averages both: 24, from two runs. Before 300 only Hopper has started: 16, one run."""
+    write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, [100, 500, 900], [16] * 3, 3, 1200)
+    write_adapt_run(tmp_path / "ABS" / "b", "Walker2d-v4", 1, [300, 700, 1100], [32] * 3, 3, 1200)
+    write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, [100, 500, 900], [32] * 3, 3, 1200, adapt=False)
+    assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20", "--benchmark", "mujoco"]) == 0
+    with open(tmp_path / "o" / "batch_size_by_game.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["game"] == "mean over games"]
+    late = [(float(r["mean"]), r["n_runs"]) for r in rows if float(r["step"]) >= 300]
+    early = [(float(r["mean"]), r["n_runs"]) for r in rows if float(r["step"]) < 300]
+    assert set(late) == {(24.0, "2")} and set(early) == {(16.0, "1")}
+    assert len(late) + len(early) == len(rows) == 50 - 4  # bins 0-3 end before step 100
 
 
 # ----------------------------------------------------------------------------- end to end
