@@ -210,6 +210,7 @@ def load_run_events(run: Run, tags=None) -> None:
         run.event_problems = [f"`{run.path}` ({run.label} {run.game} seed {run.seed}): incomplete: no TensorBoard "
                               "event file (events.out.tfevents.*) in the run directory"]
         return
+    run.event_file_count = len(files)
     run.event_problems, run.event_notes = check_events(run, files, scalars)
     if not run.event_problems:
         run.scalars = {t: v for t, v in scalars.items() if t in tags}

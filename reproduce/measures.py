@@ -123,6 +123,23 @@ def burn_in(data, games) -> tuple[dict, list[str]]:
     return out, notes
 
 
+def machine_time(data, games) -> dict:
+    """label -> the runs' training time: "runs", "timed" (runs whose eval_results.json has train_seconds), "hours"
+    (their sum), "per_run" (min, max hours), "sps" (min, max of global_step / train_seconds) and "restarted" (runs
+    with more than one event file: each start of a script opens one, so these were stopped and started again)."""
+    out = {}
+    for lb in data:
+        runs = runs_of({lb: data[lb]}, games)
+        timed = [r for r in runs if r.train_seconds]
+        hours = [r.train_seconds / 3600 for r in timed]
+        sps = [r.total_steps / r.train_seconds for r in timed]
+        out[lb] = {"runs": len(runs), "timed": len(timed), "hours": float(sum(hours)),
+                   "per_run": (min(hours), max(hours)) if hours else None,
+                   "sps": (min(sps), max(sps)) if sps else None,
+                   "restarted": sum(r.event_file_count > 1 for r in runs)}
+    return out
+
+
 def improvement_rates(data, games, table, pairs):
     """(a, b) -> {"paper": {game: rate}, "robust": {game: rate}, "excluded": [(game, why)]} for each compared
     pair: the paper's form on per-game mean HNS (raw return outside Atari), the robust form on mean raw scores."""

@@ -31,11 +31,13 @@ import runs  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, early_late,  # noqa: E402
-                      final_training_return, hns_values, improvement_rates, normalized, not_reached, per_seed)
+                      final_training_return, hns_values, improvement_rates, machine_time, normalized, not_reached,
+                      per_seed)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, out_problem,  # noqa: E402
                   reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
-                      improvement_section, left_out_line, metric_section, per_game_iqm_section)
+                      improvement_section, left_out_line, machine_time_section, metric_section,
+                      per_game_iqm_section)
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
@@ -83,6 +85,7 @@ def write_report(data, games, notes, args, table) -> Path:
     md += early_late_section(f, early, late, area, *burn, not_reached(data, games),
                              (early_hns, *aggregate_values(by_label(early_hns, games), args.reps, args.seed), table))
     md += improvement_section(rates, games, ref, skipped, f.at)
+    md += machine_time_section(machine_time(data, games))
     md += figures_section(data, games, agg, rates, out, args.bins, burn[0])
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"

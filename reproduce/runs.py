@@ -75,6 +75,8 @@ class Run:
     event_problems: list = field(default_factory=list)  # damaged or incomplete events: training curves left out
     event_notes: list = field(default_factory=list)  # damage that costs nothing (a resumed writer replaced it)
     complete: bool = True  # False: a prefix run, stopped (--stop-at-step) before its --total-timesteps
+    train_seconds: float | None = None  # its training loop's seconds, summed over its sessions (no evaluation)
+    event_file_count: int = 0  # its event files: one per start of the script (a stopped and resumed run has two)
 
     @property
     def window_steps(self) -> int:
@@ -169,8 +171,12 @@ def parse_results(r) -> dict:
         raise Malformed(f"complete is {_kind(complete)}, not a boolean")
     if "stop_at_step" in args and not (args["stop_at_step"] is None or is_int(args["stop_at_step"])):
         raise Malformed(f"args.stop_at_step is {_kind(args['stop_at_step'])}, not an integer or null")
+    seconds = r.get("train_seconds")
+    if seconds is not None and not (is_number(seconds) and seconds >= 0):
+        raise Malformed(f"train_seconds is {_kind(seconds)}, not a number >= 0")
     return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned, "args": args,
-            "complete": total >= planned if complete is None else complete}
+            "complete": total >= planned if complete is None else complete,
+            "train_seconds": None if seconds is None else float(seconds)}
 
 
 def read_run(label: str, run_dir: Path) -> Run:
@@ -182,7 +188,8 @@ def read_run(label: str, run_dir: Path) -> Run:
         raise Malformed(f"invalid JSON ({e})") from e
     f = parse_results(r)
     return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
-               divergence_tags=divergence_tags(f["args"]), args=f["args"], complete=f["complete"])
+               divergence_tags=divergence_tags(f["args"]), args=f["args"], complete=f["complete"],
+               train_seconds=f["train_seconds"])
 
 
 def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:

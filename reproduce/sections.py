@@ -437,6 +437,25 @@ def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:
     return md + (["Games left out:", *excluded, ""] if excluded else ["No game left out.", ""])
 
 
+def machine_time_section(times: dict) -> list[str]:
+    """The runs' training time per label (measures.machine_time)."""
+    def span(x, form):
+        return "–" if x is None else form.format(x[0]) + ("" if form.format(x[0]) == form.format(x[1])
+                                                          else "–" + form.format(x[1]))
+    rows = [[lb, str(t["runs"]), f"{t['hours']:.1f}" if t["timed"] else "–", span(t["per_run"], "{:.1f}"),
+             span(t["sps"], "{:,.0f}"), f"{t['restarted']} of {t['runs']}"] for lb, t in times.items()]
+    untimed = [f"- {lb}: {t['runs'] - t['timed']} of {t['runs']} runs have no `train_seconds` (not counted)"
+               for lb, t in times.items() if t["timed"] < t["runs"]]
+    return ["## Machine time", "",
+            "Each run's `train_seconds` (its eval_results.json): the seconds of its training loop, summed over the "
+            "sessions of a run that was stopped and resumed, without its evaluation or any steps a hard kill lost "
+            "after the last checkpoint; and its speed over them, global_step / train_seconds. Both depend on the "
+            "machine and on what else ran on it. Started more than once: runs with more than one event file (each "
+            "start of a script opens one: stopped, then resumed or started again).", "",
+            md_table(["label", "runs", "training hours, all runs", "hours per run", "steps per second per run",
+                      "started more than once"], rows), "", *untimed, *([""] if untimed else [])]
+
+
 def pairwise_lines(f: Frame, values: dict, what: str, pick=max) -> list[str]:
     """One line per compared pair: in how many of the games both ran a beats b (ties are no win)."""
     if not f.pairs:

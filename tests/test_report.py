@@ -385,6 +385,33 @@ def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finis
             "args": {"env_id": env_id, "seed": seed, "adapt": adapt}}))
 
 
+def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(tmp_path):
+    """A: 720,000 steps in 7,200 s and in 3,600 s (100 and 200 steps/s), the second started twice (two event
+    files); B: one run whose eval_results.json predates train_seconds. Hours 3.0, per run 1.0-2.0."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for name, seconds in (("a1", 7200.0), ("a2", 3600.0)):
+        write_run(tmp_path / "A" / name, "Amidar-v5", int(name[1]), 200.0, lambda s: s / 10, total=720_000)
+        res = json.loads((tmp_path / "A" / name / "eval_results.json").read_text())
+        (tmp_path / "A" / name / "eval_results.json").write_text(json.dumps({**res, "train_seconds": seconds}))
+    w = SummaryWriter(log_dir=str(tmp_path / "A" / "a2"), purge_step=500_000)
+    w.add_scalar("charts/episodic_return", 60.0, 500_000)
+    w.close()
+    write_run(tmp_path / "B" / "b1", "Amidar-v5", 1, 100.0, lambda s: s / 10)
+    res = json.loads((tmp_path / "B" / "b1" / "eval_results.json").read_text())
+    del res["train_seconds"]
+    (tmp_path / "B" / "b1" / "eval_results.json").write_text(json.dumps(res))
+    data, games, _ = report.collect({"A": tmp_path / "A", "B": tmp_path / "B"}, None, {})
+    t = measures.machine_time(data, games)
+    assert t["A"] == {"runs": 2, "timed": 2, "hours": 3.0, "per_run": (1.0, 2.0),
+                      "sps": (100.0, 200.0), "restarted": 1}
+    assert t["B"] == {"runs": 1, "timed": 0, "hours": 0.0, "per_run": None, "sps": None, "restarted": 0}
+    md = sections.machine_time_section(t)
+    assert row("\n".join(md), "A")[1:] == ["2", "3.0", "1.0–2.0", "100–200", "1 of 2"]
+    assert row("\n".join(md), "B")[1:] == ["1", "–", "–", "–", "0 of 1"]
+    assert "- B: 1 of 1 runs have no `train_seconds` (not counted)" in md
+
+
 def test_read_run_scores_from_the_mean_or_the_returns_and_names_an_empty_evaluation(tmp_path):
     write_run(tmp_path / "a", "Amidar-v5", 1, 250.0)
     assert runs.read_run("ABS", tmp_path / "a").score == 250.0
@@ -770,6 +797,8 @@ MALFORMED = [
     ("complete-string", with_(complete="no"), 'complete is the string "no", not a boolean'),
     ("stop-string", with_(args={"env_id": "Amidar-v5", "stop_at_step": "100"}),
      'args.stop_at_step is the string "100", not an integer or null'),
+    ("seconds-string", with_(train_seconds="60"), 'train_seconds is the string "60", not a number >= 0'),
+    ("seconds-negative", with_(train_seconds=-1), "train_seconds is the number -1, not a number >= 0"),
     ("invalid-json", '{"env_id": "Amidar-v5", ', "invalid JSON"),
     ("empty", "", "invalid JSON"),
 ]

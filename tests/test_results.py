@@ -101,6 +101,15 @@ def test_mujoco_reports_say_three_seeds_cannot_reach_p_below_5_percent(regenerat
     assert fresh.count(statement) == 5
 
 
+@pytest.mark.parametrize("grid", [name for name, g in GRIDS.items() if g.experiment == "mujoco"])
+def test_mujoco_pages_machine_time_is_the_reports(regenerated, grid):
+    """The docs page's hours of training are the report's "Machine time", summed over its labels."""
+    md = (regenerated(grid) / "report.md").read_text().split("## Machine time")[1].split("\n## ")[0]
+    hours = [float(ln.split("|")[3]) for ln in md.splitlines() if ln.startswith("| PPO")]
+    page = (ROOT / "docs" / f"results-{grid}.md").read_text()
+    assert len(hours) == 2 and f"the 18 runs took {sum(hours):.1f} hours of training" in page.lower()
+
+
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
     interval and the exact permutation p of PPO+ABS - PPO, no per-game IQM table (the IQM of 3 values is their
