@@ -33,18 +33,18 @@ from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, early_late,  # noqa: E402
                       final_training_return, hns_values, improvement_rates, machine_time, normalized, not_reached,
                       per_seed)
-from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, load_atari_scores, out_problem,  # noqa: E402
-                  reference_pairs)
+from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
+                  load_atari_scores, out_problem, reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
                       improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
-            total_timesteps: int | None = None):
+            total_timesteps: int | None = None, games: list[str] | None = None, seeds: list[int] | None = None):
     """The runs (runs.collect: data[label][game][seed] = Run, the games, notes), each with its events read and
     checked (events.load_events)."""
-    data, games, notes = runs.collect(roots, benchmark, table, allow_mixed, total_timesteps)
+    data, games, notes = runs.collect(roots, benchmark, table, allow_mixed, total_timesteps, games, seeds)
     load_events(data)
     return data, games, notes
 
@@ -115,6 +115,9 @@ def parse_args(argv=None):
                    help="report only the runs of N total timesteps; runs of other lengths are listed as left out")
     p.add_argument("--allow-mixed-timesteps", action="store_true",
                    help="pool runs of one label that have different total_timesteps (refused by default)")
+    p.add_argument("--games", nargs="+", metavar="GAME",
+                   help="report only these games (names or env ids: Pong or Pong-v5); the tables list only them")
+    p.add_argument("--seeds", nargs="+", type=int, metavar="N", help="report only the runs of these seeds")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
     p.add_argument("--bins", type=int, default=50, help="step bins of the curves")
@@ -143,6 +146,13 @@ def parse_args(argv=None):
         p.error("--reps, --bins and --last-games must be positive")
     if args.total_timesteps is not None and args.total_timesteps < 1:
         p.error(f"--total-timesteps {args.total_timesteps}: must be at least 1")
+    if args.games is not None:
+        names = [game_of(g) for g in args.games]
+        if not all(names):
+            p.error(f"--games: {' '.join(args.games)!r} holds an empty name (game names or env ids: Pong, Pong-v5)")
+        args.games = list(dict.fromkeys(names))
+    if args.seeds is not None:
+        args.seeds = list(dict.fromkeys(args.seeds))
     args.runs = runs
     return args
 
@@ -154,9 +164,15 @@ def main(argv=None) -> int:
         print(f"report.py: --out {args.out}: {problem}", file=sys.stderr)
         return 2
     table = load_atari_scores()
+    allowed = benchmark_games(args.benchmark, table) if args.benchmark else None
+    outside = [g for g in args.games or [] if allowed is not None and g not in allowed]
+    if outside:
+        print(f"report.py: --games: {', '.join(outside)} not in --benchmark {args.benchmark} (its games: "
+              f"{', '.join(allowed)})", file=sys.stderr)
+        return 2
     try:
         data, games, notes = collect(args.runs, args.benchmark, table, args.allow_mixed_timesteps,
-                                     args.total_timesteps)
+                                     args.total_timesteps, args.games, args.seeds)
     except MixedLengths as e:
         print(f"report.py: {e}", file=sys.stderr)
         return 2

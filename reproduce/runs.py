@@ -192,12 +192,15 @@ def read_run(label: str, run_dir: Path) -> Run:
                train_seconds=f["train_seconds"])
 
 
-def find_runs(label: str, root: Path) -> tuple[list[Run], list[str]]:
+def find_runs(label: str, root: Path, wanted=None) -> tuple[list[Run], list[str]]:
     """Finished runs below root, and notes on the directories skipped: an eval_results.json that cannot be read or
-    is malformed is named with the reason, never raised."""
+    is malformed is named with the reason, never raised. wanted(directory) -> False leaves a directory out without
+    a note (a run of a game or seed not chosen)."""
     runs, skipped = [], []
     for d, dirs, files in os.walk(root):
         dirs.sort()
+        if wanted is not None and not wanted(Path(d)):
+            continue
         if "eval_results.json" in files:
             try:
                 runs.append(read_run(label, Path(d)))
@@ -228,17 +231,26 @@ class MixedLengths(ValueError):
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
-            total_timesteps: int | None = None):
+            total_timesteps: int | None = None, games: list[str] | None = None, seeds: list[int] | None = None):
     """-> data[label][game][seed] = Run, the game list, and notes for the report. With total_timesteps, only runs
-    of that length are kept (the others are noted as left out). Raises MixedLengths when a label's runs have
-    different total_timesteps, unless allow_mixed. The runs' events are not read here (events.load_events)."""
-    data, notes, found = {}, [], set()
+    of that length are kept (the others are noted as left out). With games (names, game_of) or seeds, only those
+    runs are read and the game list is those games (a subset of the benchmark's, checked by the caller). Raises
+    MixedLengths when a label's runs have different total_timesteps, unless allow_mixed. The runs' events are not
+    read here (events.load_events)."""
+    data, notes, found, unchosen = {}, [], set(), 0
     allowed = benchmark_games(benchmark, table) if benchmark else None
+    def wanted(d: Path) -> bool:  # a directory named <env id>__<seed>, as the scripts name runs, of another choice
+        env_id, _, seed = d.name.rpartition("__")
+        return not (env_id and seed.isdigit()) or ((games is None or game_of(env_id) in games)
+                                                     and (seeds is None or int(seed) in seeds))
     for label, root in roots.items():
-        runs, skipped = find_runs(label, root)
+        runs, skipped = find_runs(label, root, wanted)
         notes += [f"{label}: skipped {s}" for s in skipped]
         data[label] = {}
         for run in runs:
+            if (games is not None and run.game not in games) or (seeds is not None and run.seed not in seeds):
+                unchosen += 1
+                continue
             if (benchmark == "mujoco" and run.game in table) or (allowed is not None and run.game not in allowed):
                 notes.append(f"{label}: ignored `{run.path}` ({run.env_id} is not in {benchmark})")
                 continue
@@ -248,7 +260,14 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
                 continue
             add_run(data[label].setdefault(run.game, {}), run.seed, run, run.game, notes)
             found.add(run.game)
-    games = sorted(found) if allowed is None else allowed
+    if games is not None:
+        notes.append(f"games chosen (--games): {', '.join(games)}"
+                     + (f", {len(games)} of {benchmark}'s {len(allowed)}" if allowed is not None else ""))
+    if seeds is not None:
+        notes.append(f"seeds chosen (--seeds): {', '.join(map(str, seeds))}")
+    if unchosen:
+        notes.append(f"{unchosen} finished run(s) of other games or seeds not read")
+    games = sorted(games) if games is not None else sorted(found) if allowed is None else allowed
     for label, by_game in data.items():
         lengths = sorted({r.total_timesteps for g in by_game.values() for r in g.values()})
         if len(lengths) > 1:

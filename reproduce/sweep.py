@@ -288,6 +288,10 @@ def cmd_report(args) -> int:
         print(f"(the reference {ref} has no finished run: the report lists {next(iter(label_dirs))} first)")
     for a, b in pairs:  # a pair without runs of both labels is listed as skipped, never replaced by another
         cmd += ["--compare" if a in label_dirs and b in label_dirs else "--skip-compare", a, b]
+    if args.games:  # the label directories hold every game and seed: the report reads only the chosen ones
+        cmd += ["--games", *args.games]
+    if args.seeds:
+        cmd += ["--seeds", *map(str, args.seeds)]
     benchmark = args.benchmark or experiments[args.experiment].get("benchmark")
     finished = {r.env_id for r in runs if r.done()}
     if benchmark and (args.benchmark or finished <= set(game_lists.get(benchmark, finished))):

@@ -585,6 +585,34 @@ def test_benchmark_restricts_games(fixture_runs, tmp_path):
     assert "Needs a second label" not in md
 
 
+def test_games_and_seeds_choose_the_runs_and_the_tables_list_only_those(tmp_path, capsys):
+    """Amidar and Qbert, seeds 1 and 2, finished; Phoenix seed 1 and Amidar seed 3 unfinished. --games Amidar-v5
+    --seeds 1: one run, the tables list Amidar alone, the runs not chosen are not read or named (the unfinished
+    ones are not listed as skipped), and the Data section says what was chosen."""
+    for env_id in ("Amidar-v5", "Qbert-v5"):
+        for seed in (1, 2):
+            write_run(tmp_path / "A" / f"{env_id}__{seed}", env_id, seed, 100.0 * seed, lambda s: s / 10)
+    for unfinished in ("Phoenix-v5__1", "Amidar-v5__3"):
+        (tmp_path / "A" / unfinished).mkdir()
+        (tmp_path / "A" / unfinished / "checkpoint.pt").write_bytes(b"")
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "o"), "--reps", "20",
+                        "--benchmark", "atari10", "--games", "Amidar-v5", "--seeds", "1"]) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert row(section(md, "Data"), "A")[2:6] == ["1", "1 of 1", "Amidar: 1", "none"]
+    assert "- games chosen (--games): Amidar, 1 of atari10's 10" in md and "- seeds chosen (--seeds): 1" in md
+    assert "Qbert" not in md and "Phoenix" not in md and "__3" not in md
+    assert row_of(section(md, "Per-game evaluation return"), "Amidar", "A")[2] == "1: 100.0"
+    # a game outside the benchmark, and an empty name: one line, exit 2
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "p"), "--benchmark", "atari5",
+                        "--games", "Amidar", "Qbert"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("report.py: --games: Amidar not in --benchmark atari5 (its games: BattleZone,")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "p"), "--games", "ALE/"])
+    assert e.value.code == 2 and "--games: 'ALE/' holds an empty name" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
 def test_mujoco_one_seed_raw_returns(tmp_path):
     """MuJoCo in raw returns, one seed, a run without events, --reference, an Atari run filtered out."""
     write_run(tmp_path / "ppo" / "a", "HalfCheetah-v5", 1, 3000.0, lambda s: s)

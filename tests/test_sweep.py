@@ -383,6 +383,13 @@ def test_report_calls_report_tool_with_labels(tiny, tmp_path):
     assert "## Improvement rate of B" in (tmp_path / "rep" / "report.md").read_text()
     bad = sweep_cli("report", "tiny", *opts, "--reference", "C")
     assert bad.returncode == 2 and "--reference: 'C' is not one of the labels" in bad.stderr
+    # --games and --seeds choose the runs the report reads (the label directories hold every game and seed)
+    assert sweep_cli("run", "tiny", *opts, "--labels", "A", "--seeds", "2").returncode == 0
+    out = sweep_cli("report", "tiny", *opts, "--out", str(tmp_path / "one"), "--games", "Pong", "--seeds", "2",
+                    timeout=300)
+    assert out.returncode == 0 and " --games Pong --seeds 2" in out.stdout.splitlines()[0], out.stdout + out.stderr
+    data = (tmp_path / "one" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
+    assert "| A |" in data and "| 1 | 1 of 1 | Pong: 1 | none |" in data  # seed 2 of A only, though 1 is done
 
 
 def test_report_names_run_directories_below_the_working_directory_relatively(tmp_path, monkeypatch):
