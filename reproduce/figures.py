@@ -52,14 +52,15 @@ def curve_rows(runs: list[Run], tag: str, bins: int):
     (the divergence, L or the batch size: measured every K iterations, and holding in between) keeps each run's
     latest measured value in the bins it did not measure in, up to the bin where the run ended (stats.held), so
     that every bin averages every run that has started measuring."""
-    runs = [r for r in runs if tag in r.scalars]
+    runs = [r for r in runs if tag in r.scalars and len(r.scalars[tag][0])]
     if not runs:
         return None
     end = max(max(r.total_steps for r in runs), max(r.scalars[tag][0].max() for r in runs))
     edges = np.linspace(0, end, bins + 1)
     curves = [binned(*r.scalars[tag], edges) for r in runs]
-    if tag in (*DIVERGENCE_TAGS, *SIZE_TAGS):
-        last = [int(np.clip(np.digitize(r.total_steps, edges[1:-1]), 0, bins - 1)) for r in runs]
+    if tag in (*DIVERGENCE_TAGS, *SIZE_TAGS):  # held to the run's end, or its last measurement if that is later
+        last = [int(np.clip(np.digitize(max(r.total_steps, r.scalars[tag][0].max()), edges[1:-1]), 0, bins - 1))
+                for r in runs]
         curves = [held(c, k) for c, k in zip(curves, last)]
     mean, lo, hi, n = band(curves)
     keep = n > 0
@@ -181,8 +182,8 @@ def by_game_grid_figure(data, games, out, bins, what: str, burn=None):
                 if drawn is not None:
                     units.add(UNITS[tag])
                     rows += drawn
-            ends = [v[0] for g in (games if game == "mean over games" else [game])
-                    for v in (burn or {}).get((g, lb), {}).values() if np.isfinite(v[0])]
+            ends = [v.end for g in (games if game == "mean over games" else [game])
+                    for v in (burn or {}).get((g, lb), {}).values() if np.isfinite(v.end)]
             if ends and panel:
                 ax.axvline(float(np.mean(ends)), color=f"C{i}", ls="--", lw=1)
         ax.set(title=game, xlabel="environment steps", ylabel=units.pop() if len(units) == 1 else what)

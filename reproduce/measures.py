@@ -7,11 +7,13 @@ Every per-seed measure has the form (game, label) -> {seed: value}, over the run
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, human_normalized_score,
-                   improvement_rate, late_variance, robust_improvement)
+from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, first_move,
+                   human_normalized_score, improvement_rate, late_variance, robust_improvement)
 
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the names of stats.aggregate's values, in its order
 
@@ -101,10 +103,20 @@ def is_abs_run(run: Run) -> bool:
     return bool(run.args.get("adapt", True)) and "window" in run.args and size_tag(run) is not None
 
 
+class BurnIn(NamedTuple):
+    end: float  # the step burn-in ends at (inf: never)
+    share: float  # the share of the early window before it
+    L: float  # L during burn-in (L_min)
+    window: int  # W
+    moved: float  # the step L first left L_min (inf: never)
+    at_L_min: float  # the share of the early window before that step: burn-in and after it while L stayed
+
+
 def burn_in(data, games) -> tuple[dict, list[str]]:
-    """(game, label) -> {seed: (burn-in end step, share of the early window, L during burn-in, W)} for the ABS runs
-    (is_abs_run), and notes. Burn-in: before the W-th divergence measurement (W = the run's --window), while L is
-    still L_min; the share is burn_in_share's. A run whose logged L moved before its W-th measurement is noted."""
+    """(game, label) -> {seed: BurnIn} for the ABS runs (is_abs_run), and notes. Burn-in: before the W-th
+    divergence measurement (W = the run's --window), while L is still L_min; the share is burn_in_share's. After it
+    L may stay at L_min (a divergence above delta_max): the share at L_min counts up to L's first move. A run whose
+    logged L moved before its W-th measurement is noted."""
     out, notes = {}, []
     for game in games:
         for lb, by_game in data.items():
@@ -116,23 +128,36 @@ def burn_in(data, games) -> tuple[dict, list[str]]:
                 order = np.argsort(steps, kind="stable")
                 steps, values = steps[order], values[order]
                 end, share = burn_in_share(steps, window, r.window_steps or steps.max())
-                if len(set(values[:window - 1].tolist())) > 1:
+                moved = first_move(steps, values)
+                if moved < end:
                     notes.append(f"{lb}: {game} seed {seed}: {tag} moved before its W-th measurement (W = {window}), "
                                  "not a burn-in at one L")
-                out.setdefault((game, lb), {})[seed] = (end, share, float(values[0]), window)
+                at_min = burn_in_share([moved], 1, r.window_steps or steps.max())[1]
+                out.setdefault((game, lb), {})[seed] = BurnIn(end, share, float(values[0]), window, moved, at_min)
     return out, notes
+
+
+def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:
+    """The Atari runs (games in table) with evaluation episodes cut at the step cap (eval.capped > 0), whose returns
+    are those of games cut short, and the games where every episode of every run was cut. (A MuJoCo episode capped
+    at its time limit is a whole episode: not counted.)"""
+    atari = [r for r in runs_of(data, games) if r.game in table]
+    capped = [r for r in atari if r.capped]
+    whole = sorted({r.game for r in capped} - {r.game for r in atari if r.capped != r.eval_episodes})
+    return capped, whole
 
 
 def machine_time(data, games) -> dict:
     """label -> the runs' training time: "runs", "timed" (runs whose eval_results.json has train_seconds), "hours"
-    (their sum), "per_run" (min, max hours), "sps" (min, max of global_step / train_seconds) and "restarted" (runs
+    (their sum), "per_run" (min, max hours), "sps" (min, max of the steps trained / train_seconds, over runs with
+    train_seconds > 0) and "restarted" (runs
     with more than one event file: each start of a script opens one, so these were stopped and started again)."""
     out = {}
     for lb in data:
         runs = runs_of({lb: data[lb]}, games)
-        timed = [r for r in runs if r.train_seconds]
+        timed = [r for r in runs if r.train_seconds is not None]
         hours = [r.train_seconds / 3600 for r in timed]
-        sps = [r.total_steps / r.train_seconds for r in timed]
+        sps = [r.total_steps / r.train_seconds for r in timed if r.train_seconds > 0]
         out[lb] = {"runs": len(runs), "timed": len(timed), "hours": float(sum(hours)),
                    "per_run": (min(hours), max(hours)) if hours else None,
                    "sps": (min(sps), max(sps)) if sps else None,

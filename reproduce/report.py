@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside i
 import runs  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
-from measures import (aggregate_table, aggregate_values, burn_in, by_label, early_late,  # noqa: E402
-                      final_training_return, hns_values, improvement_rates, machine_time, normalized, not_reached,
-                      per_seed)
+from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
+                      early_late, final_training_return, hns_values, improvement_rates, machine_time, normalized,
+                      not_reached, per_seed)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, early_late_section,  # noqa: E402
@@ -67,8 +67,11 @@ def write_report(data, games, notes, args, table) -> Path:
           f"bootstrap CIs (`rliable`, {args.reps} reps). Per game (a few runs of one game): the per-seed values, "
           "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
           "and an exact permutation p. *n* = runs a number rests on.", ""]
-    md += data_section(f, notes, args.runs)
-    md += aggregate_section(agg, agg_notes, games, table, f.at)
+    capped = capped_evaluations(data, games, table)
+    md += data_section(f, notes, args.runs, capped)
+    md += aggregate_section(agg, agg_notes + [f"{g}: every evaluation episode of every run was cut at the step cap "
+                                              "(see Data); its score here is that of games cut short"
+                                              for g in capped[1]], games, table, f.at)
     md += metric_section(f, Metric(f"Per-game evaluation return{f.at}",
                                    "Each run's mean evaluation return (raw game score)",
                                    per_seed(data, games, lambda r: r.score)))

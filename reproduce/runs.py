@@ -76,6 +76,8 @@ class Run:
     event_notes: list = field(default_factory=list)  # damage that costs nothing (a resumed writer replaced it)
     complete: bool = True  # False: a prefix run, stopped (--stop-at-step) before its --total-timesteps
     train_seconds: float | None = None  # its training loop's seconds, summed over its sessions (no evaluation)
+    capped: int | None = None  # evaluation episodes cut at the step cap (eval.capped), of eval_episodes
+    eval_episodes: int | None = None
     event_file_count: int = 0  # its event files: one per start of the script (a stopped and resumed run has two)
 
     @property
@@ -171,12 +173,18 @@ def parse_results(r) -> dict:
         raise Malformed(f"complete is {_kind(complete)}, not a boolean")
     if "stop_at_step" in args and not (args["stop_at_step"] is None or is_int(args["stop_at_step"])):
         raise Malformed(f"args.stop_at_step is {_kind(args['stop_at_step'])}, not an integer or null")
+    counts = {}
+    for key in ("capped", "episodes"):
+        counts[key] = ev.get(key)
+        if counts[key] is not None and not (is_int(counts[key]) and counts[key] >= 0):
+            raise Malformed(f"eval.{key} is {_kind(counts[key])}, not an integer >= 0")
     seconds = r.get("train_seconds")
     if seconds is not None and not (is_number(seconds) and seconds >= 0):
         raise Malformed(f"train_seconds is {_kind(seconds)}, not a number >= 0")
     return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned, "args": args,
             "complete": total >= planned if complete is None else complete,
-            "train_seconds": None if seconds is None else float(seconds)}
+            "train_seconds": None if seconds is None else float(seconds), "capped": counts["capped"],
+            "episodes": counts["episodes"]}
 
 
 def read_run(label: str, run_dir: Path) -> Run:
@@ -189,7 +197,7 @@ def read_run(label: str, run_dir: Path) -> Run:
     f = parse_results(r)
     return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
                divergence_tags=divergence_tags(f["args"]), args=f["args"], complete=f["complete"],
-               train_seconds=f["train_seconds"])
+               train_seconds=f["train_seconds"], capped=f["capped"], eval_episodes=f["episodes"])
 
 
 def find_runs(label: str, root: Path, wanted=None) -> tuple[list[Run], list[str]]:

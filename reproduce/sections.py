@@ -94,7 +94,7 @@ def marked(text: str | None, is_best: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- sections
-def data_section(f: Frame, notes, roots) -> list[str]:
+def data_section(f: Frame, notes, roots, capped=((), ())) -> list[str]:
     data, games = f.data, f.games
     rows = [[lb, f"`{roots[lb]}`", str(sum(len(s) for s in d.values())), f"{len(d)} of {len(games)}",
              ", ".join(f"{g}: {len(d[g])}" for g in games if g in d) or "–",
@@ -102,7 +102,19 @@ def data_section(f: Frame, notes, roots) -> list[str]:
     md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
     md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
            for lb, d in data.items() if any(g not in d for g in games)]
-    return md + prefix_lines(f) + protocol_lines(f) + [f"- {n}" for n in notes] + [""] + damaged_section(f)
+    return (md + prefix_lines(f) + protocol_lines(f) + capped_lines(*capped) + [f"- {n}" for n in notes] + [""]
+            + damaged_section(f))
+
+
+def capped_lines(capped: list, whole: list) -> list[str]:
+    """Where Atari evaluation episodes hit the step cap (measures.capped_evaluations: the runs, and the games where
+    every episode of every run was cut, whose scores, raw and HNS, are then of games cut short)."""
+    if not capped:
+        return []
+    runs = ", ".join(f"{r.label} {r.game} seed {r.seed}: {r.capped} of {r.eval_episodes}" for r in capped)
+    return [f"- Evaluation episodes cut at the step cap (their returns are those of games cut short): {runs}"
+            + (f". On {', '.join(whole)} every episode of every run was cut: the evaluation scores there, raw and "
+               "human-normalised, say how far a capped game got, not what a whole game scores." if whole else "")]
 
 
 def prefix_stops(f: Frame) -> str:
@@ -130,8 +142,11 @@ def protocol_lines(f: Frame) -> list[str]:
     """Which Atari evaluation protocol (--eval-protocol) each label's runs used, for labels whose runs record one."""
     used = {lb: sorted({r.args.get("eval_protocol") for d in by_game.values() for r in d.values()} - {None})
             for lb, by_game in f.data.items()}
+    unrecorded = {lb: sum(r.args.get("eval_protocol") is None for d in by_game.values() for r in d.values())
+                  for lb, by_game in f.data.items()}
     return [f"- Evaluation of {lb}: `--eval-protocol {', '.join(p)}`"
             + (" (the first games to end count, which favours short games)" if "first-finished" in p else "")
+            + (f"; {unrecorded[lb]} of its runs record none (they predate the flag)" if unrecorded[lb] else "")
             for lb, p in used.items() if p]
 
 
@@ -229,7 +244,7 @@ def seed_table(f: Frame, values, best, std=False, iqm_column=False, not_reached=
                              "0"])
                 continue
             x = list(vals.values())
-            extra = [fmt(float(np.std(x)))] if std else []
+            extra = [fmt(float(np.std(x))) if len(x) > 1 else "–"] if std else []  # one seed: no spread to state
             if iqm_column:  # bold goes to the IQM (best: by the IQM)
                 extra.append(marked(fmt(iqm(x)) if len(x) >= IQM_TRIMS_FROM else f"{fmt(float(np.mean(x)))} (= mean)",
                                     lb in best[g]))
@@ -333,40 +348,55 @@ def per_game_iqm_section(f: Frame, values, atari: bool) -> list[str]:
 
 
 def burn_in_lines(f: Frame, burn) -> list[str]:
-    """The share of the early window each ABS label's runs spent in burn-in at L_min, per run and on average."""
+    """The share of the early window each ABS label's runs spent in burn-in at L_min, and at L_min in all (burn-in,
+    then while the divergence kept L there), per run and on average (measures.burn_in)."""
     if not burn:
         return []
+
+    def steps(v):
+        return ", ".join(f"{seed}: {f'{x:,.0f}' if np.isfinite(x) else 'never'}" for seed, x in v.items())
+
+    def shares(v):
+        return ", ".join(f"{seed}: {100 * x:.1f}%" for seed, x in v.items())
     rows = []
     for (g, lb), by_seed in burn.items():
-        shares = [v[1] for v in by_seed.values()]
-        rows.append([g, lb, ", ".join(f"{x:g}" for x in sorted({v[2] for v in by_seed.values()})),
-                     ", ".join(str(w) for w in sorted({v[3] for v in by_seed.values()})),
-                     ", ".join(f"{seed}: {f'{v[0]:,.0f}' if np.isfinite(v[0]) else 'never'}"
-                               for seed, v in by_seed.items()),
-                     ", ".join(f"{seed}: {100 * v[1]:.1f}%" for seed, v in by_seed.items()),
-                     f"{100 * np.mean(shares):.1f}%", str(len(shares))])
+        rows.append([g, lb, ", ".join(f"{x:g}" for x in sorted({v.L for v in by_seed.values()})),
+                     ", ".join(str(w) for w in sorted({v.window for v in by_seed.values()})),
+                     steps({s: v.end for s, v in by_seed.items()}), shares({s: v.share for s, v in by_seed.items()}),
+                     steps({s: v.moved for s, v in by_seed.items()}),
+                     shares({s: v.at_L_min for s, v in by_seed.items()}),
+                     f"{100 * np.mean([v.at_L_min for v in by_seed.values()]):.1f}%", str(len(by_seed))])
     md = ["### Burn-in in the early window", "",
           "An ABS run holds L at L_min until its W-th divergence measurement (W = its --window; the first "
-          "measurement that moves L), read from its adapt/* events (one per measurement, at the step it was "
-          "logged). Share: the part of the early window (the first 10% of the run's steps) before that step.", "",
-          md_table(["game", "label", "L in burn-in", "W", "burn-in ends at step (seed: step)",
-                    "share of the early window in burn-in (seed: share)", "mean share", "n"], rows), ""]
+          "measurement that may move L), read from its adapt/* events (one per measurement, at the step it was "
+          "logged); after it, L stays at L_min while the divergence is at or above delta_max. Shares are of the "
+          "early window (the first 10% of the run's steps; of its protocol for a prefix run): before burn-in "
+          "ends, and before L first left L_min.", "",
+          md_table(["game", "label", "L_min", "W", "burn-in ends at step (seed: step)",
+                    "share in burn-in (seed: share)", "L first leaves L_min at step (seed: step)",
+                    "share at L_min (seed: share)", "mean share at L_min", "n"], rows), ""]
     for lb in f.labels:
-        entries = [v for (g, label), by_seed in burn.items() if label == lb for v in by_seed.values()]
+        entries = {(g, s): v for (g, label), by_seed in burn.items() if label == lb for s, v in by_seed.items()}
         if not entries:
             continue
-        shares = [v[1] for v in entries]
-        lmin = ", ".join(f"{x:g}" for x in sorted({v[2] for v in entries}))
+        burnt, at_min = [v.share for v in entries.values()], [v.at_L_min for v in entries.values()]
+        lmin = ", ".join(f"{x:g}" for x in sorted({v.L for v in entries.values()}))
         baselines = []
         for a, b in f.pairs:
             fixed = sorted({r.args.get("num_steps") for d in f.data[b].values() for r in d.values()
                             if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
             if a == lb and len(fixed) == 1:
                 baselines.append(f"{b}: fixed L = {fixed[0]}")
-        md.append(f"- {lb}: on average {100 * np.mean(shares):.1f}% of the early window (runs: "
-                  f"{100 * min(shares):.1f}-{100 * max(shares):.1f}%) is burn-in at L = {lmin}, before its first "
-                  f"adaptation: its early return is mostly that of a fixed L = {lmin}"
-                  + (f" ({'; '.join(baselines)})" if baselines else "") + ", not of the ABS schedule.")
+        stayed = [f"{g} seed {s}" for (g, s), v in entries.items() if v.at_L_min == 1.0 and np.isfinite(v.end)]
+        md.append(f"- {lb}: on average {100 * np.mean(burnt):.1f}% of the early window (runs: "
+                  f"{100 * min(burnt):.1f}-{100 * max(burnt):.1f}%) is burn-in at L = {lmin}, and "
+                  f"{100 * np.mean(at_min):.1f}% (runs: {100 * min(at_min):.1f}-{100 * max(at_min):.1f}%) ran at "
+                  f"L = {lmin} in all. "
+                  + (f"Its early return is mostly that of a fixed L = {lmin}"
+                     + (f" ({'; '.join(baselines)})" if baselines else "") + ", not of the ABS schedule."
+                     if np.mean(at_min) > 0.5 else "Most of its early window ran with L moved from L_min.")
+                  + (f" L did not leave L_min in the early window after the burn-in in: {', '.join(stayed)}."
+                     if stayed else ""))
     return md + [""]
 
 
@@ -447,9 +477,10 @@ def machine_time_section(times: dict) -> list[str]:
     untimed = [f"- {lb}: {t['runs'] - t['timed']} of {t['runs']} runs have no `train_seconds` (not counted)"
                for lb, t in times.items() if t["timed"] < t["runs"]]
     return ["## Machine time", "",
-            "Each run's `train_seconds` (its eval_results.json): the seconds of its training loop, summed over the "
-            "sessions of a run that was stopped and resumed, without its evaluation or any steps a hard kill lost "
-            "after the last checkpoint; and its speed over them, global_step / train_seconds. Both depend on the "
+            "Each finished run's `train_seconds` (its eval_results.json; unfinished runs are not counted): the "
+            "seconds of its training loop, summed over the sessions of a run that was stopped and resumed, without "
+            "its evaluation or any steps a hard kill lost after the last checkpoint; and its speed over them, the "
+            "steps it trained / train_seconds. Both depend on the "
             "machine and on what else ran on it. Started more than once: runs with more than one event file (each "
             "start of a script opens one: stopped, then resumed or started again).", "",
             md_table(["label", "runs", "training hours, all runs", "hours per run", "steps per second per run",

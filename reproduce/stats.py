@@ -207,6 +207,15 @@ def burn_in_share(steps, window: int, total_steps: float) -> tuple[float, float]
     return end, (min(end, early) / early if early > 0 else float("nan"))
 
 
+def first_move(steps, values) -> float:
+    """The step at which a logged L (sorted by step) first differs from its first value, inf if it never does: with
+    burn_in_share's window, how long an ABS run actually ran at L_min (burn-in, and after it while the divergence
+    kept L there)."""
+    values = np.asarray(values)
+    moved = np.flatnonzero(values != values[0]) if len(values) else []
+    return float(np.asarray(steps)[moved[0]]) if len(moved) else float("inf")
+
+
 def binned(steps, values, edges: np.ndarray) -> np.ndarray:
     """Mean of values per step bin (NaN for empty bins)."""
     idx = np.clip(np.digitize(steps, edges[1:-1]), 0, len(edges) - 2)

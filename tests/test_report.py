@@ -254,28 +254,34 @@ def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, win
 def test_burn_in_share_from_event_files(tmp_path):
     """W = 3, L_min = 16, one measurement every 160 steps of 10,000: the 3rd (the first that moves L) is logged at
     step 480, so burn-in covers 480 of the early window's 1,000 steps (48%). With W = 5 it ends at 800 (80%); a run
-    with fewer than W measurements never leaves it (100%); the fixed-L baseline is no ABS run."""
+    with fewer than W measurements never leaves it (100%); one whose divergence keeps L at L_min after its burn-in
+    (480) spends the whole window at L_min; the fixed-L baseline is no ABS run."""
     steps = [160, 320, 480, 640, 800, 960, 1120]
     write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, steps, [16, 16, 20, 24, 27, 30, 32], 3, 10_000)
     write_adapt_run(tmp_path / "ABS" / "b", "Hopper-v4", 2, steps, [16, 16, 16, 16, 19, 22, 25], 5, 10_000)
     write_adapt_run(tmp_path / "ABS" / "c", "Hopper-v4", 3, steps[:2], [16, 16], 3, 10_000)
+    write_adapt_run(tmp_path / "ABS" / "d", "Hopper-v4", 4, steps, [16] * 7, 3, 10_000)
     write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, steps, [32] * 7, 3, 10_000, adapt=False)
     data, games, _ = report.collect({"ABS": tmp_path / "ABS", "PPO": tmp_path / "PPO"}, None, {})
     burn, notes = measures.burn_in(data, games)
     assert set(burn) == {("Hopper", "ABS")} and notes == []
     got = burn[("Hopper", "ABS")]
-    assert got[1] == (480.0, pytest.approx(0.48), 16.0, 3)
-    assert got[2] == (800.0, pytest.approx(0.80), 16.0, 5)
-    assert got[3][0] == float("inf") and got[3][1] == 1.0
+    # seed 1's L leaves 16 at its 3rd measurement (480); seed 2's at its 5th (800); seed 3 never (100% at L_min)
+    assert got[1] == (480.0, pytest.approx(0.48), 16.0, 3, 480.0, pytest.approx(0.48))
+    assert got[2] == (800.0, pytest.approx(0.80), 16.0, 5, 800.0, pytest.approx(0.80))
+    assert got[3][0] == float("inf") and got[3][1] == 1.0 and got[3].moved == float("inf") and got[3].at_L_min == 1.0
+    assert got[4] == (480.0, pytest.approx(0.48), 16.0, 3, float("inf"), 1.0)
     assert stats.burn_in_share([160, 320, 480], 3, 4000) == (480.0, 1.0)  # ends after the early window (400)
     assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
                         "--reps", "20"]) == 0
     el = section((tmp_path / "o" / "report.md").read_text(), "Early / late")
-    assert row_of(el.split("### Burn-in")[1], "Hopper", "ABS")[2:8] == ["16", "3, 5", "1: 480, 2: 800, 3: never",
-                                               "1: 48.0%, 2: 80.0%, 3: 100.0%", "76.0%", "3"]
-    assert ("- ABS: on average 76.0% of the early window (runs: 48.0-100.0%) is burn-in at L = 16, before its first "
-            "adaptation: its early return is mostly that of a fixed L = 16 (PPO: fixed L = 32), not of the ABS "
-            "schedule.") in el
+    assert row_of(el.split("### Burn-in")[1], "Hopper", "ABS")[2:] == [
+        "16", "3, 5", "1: 480, 2: 800, 3: never, 4: 480", "1: 48.0%, 2: 80.0%, 3: 100.0%, 4: 48.0%",
+        "1: 480, 2: 800, 3: never, 4: never", "1: 48.0%, 2: 80.0%, 3: 100.0%, 4: 100.0%", "82.0%", "4"]
+    assert ("- ABS: on average 69.0% of the early window (runs: 48.0-100.0%) is burn-in at L = 16, and 82.0% (runs: "
+            "48.0-100.0%) ran at L = 16 in all. Its early return is mostly that of a fixed L = 16 (PPO: fixed L = 32), "
+            "not of the ABS schedule. L did not leave L_min in the early window after the burn-in in: Hopper seed 4."
+            ) in el
     # An L that moves before the W-th measurement is not a burn-in at one L: noted.
     write_adapt_run(tmp_path / "odd" / "a", "Hopper-v4", 1, steps, [16, 18, 20, 24, 27, 30, 32], 3, 10_000)
     data, games, _ = report.collect({"odd": tmp_path / "odd"}, None, {})
@@ -345,6 +351,15 @@ def test_held_keeps_a_controller_value_until_the_next_measurement():
     got = stats.held(np.array([nan, 1.0, nan, nan, 3.0, nan, nan]), 5)
     np.testing.assert_array_equal(got, [nan, 1.0, 1.0, 1.0, 3.0, 3.0, nan])  # nothing before the first or past 5
     np.testing.assert_array_equal(stats.held(np.array([nan, nan]), 1), [nan, nan])
+    # curve_rows holds each run to its end, or to its last measurement where that is later (b: 800 > 500 steps);
+    # a run with an empty array of the tag is left out
+    def run(total, steps, values):
+        return runs.Run("A", Path("x"), "Hopper-v4", "Hopper", 1, 0.0, total, total,
+                        scalars={"adapt/num_steps": (np.array(steps, float), np.array(values, float))})
+    step, mean, lo, hi, n = figures.curve_rows([run(1000, [100, 900], [16, 20]), run(500, [300, 800], [32, 48]),
+                                                run(1000, [], [])], "adapt/num_steps", 10)
+    assert step.tolist() == [150.0, 250.0, 350.0, 450.0, 550.0, 650.0, 750.0, 850.0, 950.0]
+    assert n.tolist() == [1, 1, 2, 2, 2, 2, 2, 2, 1] and mean.tolist()[5] == 24.0 and mean.tolist()[7] == 32.0
 
 
 def test_mean_over_games_averages_every_game_when_their_measurements_fall_at_different_steps(tmp_path):
@@ -383,6 +398,32 @@ def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finis
             "global_step": total, "total_timesteps": total, "train_seconds": 1.0,
             "eval": {"episodes": 2, "returns": [score, score], "mean": score},
             "args": {"env_id": env_id, "seed": seed, "adapt": adapt}}))
+
+
+def test_capped_atari_evaluations_are_named_and_a_wholly_capped_game_is_flagged(tmp_path):
+    """Atari evaluation episodes cut at the step cap are named per run (A Amidar 1 of 2, DoubleDunk 2 of 2 in both
+    labels); DoubleDunk, where every episode of every run was cut, is flagged beside the aggregate. A MuJoCo episode
+    capped at its time limit is a whole episode: not named."""
+    for label, env_id, capped in (("A", "Amidar-v5", 1), ("B", "Amidar-v5", 0), ("A", "DoubleDunk-v5", 2),
+                                  ("B", "DoubleDunk-v5", 2), ("A", "Hopper-v4", 2)):
+        write_run(tmp_path / label / f"{env_id}__1", env_id, 1, -1.0, lambda s: s / 10)
+        res = json.loads((tmp_path / label / f"{env_id}__1" / "eval_results.json").read_text())
+        res["eval"]["capped"] = capped
+        if (label, env_id) == ("A", "Amidar-v5"):  # the only run of A that records its evaluation protocol
+            res["args"]["eval_protocol"] = "quota"
+        (tmp_path / label / f"{env_id}__1" / "eval_results.json").write_text(json.dumps(res))
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", f"B={tmp_path / 'B'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20"]) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert ("- Evaluation episodes cut at the step cap (their returns are those of games cut short): A Amidar seed 1: "
+            "1 of 2, A DoubleDunk seed 1: 2 of 2, B DoubleDunk seed 1: 2 of 2. On DoubleDunk every episode of every "
+            "run was cut: the evaluation scores there, raw and human-normalised, say how far a capped game got, not "
+            "what a whole game scores.") in section(md, "Data")
+    assert "Hopper seed 1: 2 of 2" not in md
+    assert "- Evaluation of A: `--eval-protocol quota`; 2 of its runs record none (they predate the flag)" in md
+    assert "Evaluation of B" not in md  # none of its runs records one
+    assert ("- DoubleDunk: every evaluation episode of every run was cut at the step cap (see Data); its score here is "
+            "that of games cut short") in section(md, "Aggregate")
 
 
 def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(tmp_path):
@@ -602,6 +643,7 @@ def test_games_and_seeds_choose_the_runs_and_the_tables_list_only_those(tmp_path
     assert "- games chosen (--games): Amidar, 1 of atari10's 10" in md and "- seeds chosen (--seeds): 1" in md
     assert "Qbert" not in md and "Phoenix" not in md and "__3" not in md
     assert row_of(section(md, "Per-game evaluation return"), "Amidar", "A")[2] == "1: 100.0"
+    assert row_of(section(md, "Final training return"), "Amidar", "A")[5:] == ["–", "1"]  # one seed: no spread
     # a game outside the benchmark, and an empty name: one line, exit 2
     assert report.main(["--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "p"), "--benchmark", "atari5",
                         "--games", "Amidar", "Qbert"]) == 2
@@ -827,6 +869,8 @@ MALFORMED = [
      'args.stop_at_step is the string "100", not an integer or null'),
     ("seconds-string", with_(train_seconds="60"), 'train_seconds is the string "60", not a number >= 0'),
     ("seconds-negative", with_(train_seconds=-1), "train_seconds is the number -1, not a number >= 0"),
+    ("capped-string", with_(eval={"episodes": 2, "mean": 1.0, "capped": "2"}),
+     'eval.capped is the string "2", not an integer >= 0'),
     ("invalid-json", '{"env_id": "Amidar-v5", ', "invalid JSON"),
     ("empty", "", "invalid JSON"),
 ]
