@@ -637,7 +637,7 @@ if __name__ == "__main__":
             try:
                 stats = ppo_update(agent, optimizer, b_obs, b_actions, rollout.logprobs[:L].reshape(-1),
                                    advantages.reshape(-1), b_returns, b_values, epochs, args)
-            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt: the state before the failing step; exit 3
                 run.fail(global_step, e, state)
             var_y = b_returns.var(unbiased=False).item()
             explained_var = float("nan") if var_y == 0 else 1 - (b_returns - b_values).var(correction=0).item() / var_y

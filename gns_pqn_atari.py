@@ -578,7 +578,7 @@ if __name__ == "__main__":
                     q_network, optimizer, b_obs, rollout.actions[:L].reshape(-1), returns.reshape(-1),
                     rollout.valid[:L].reshape(-1), epochs, args.num_minibatches, args.max_grad_norm, q_forward,
                     args.bf16, measure, args.gns_timing, args.gns_micro_batches, args.gns_micro_batching)
-            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt holds the state before this update; exit 3
+            except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt: the state before the failing step; exit 3
                 run.fail(global_step, e, state)
 
         run.perf["update"] -= gns_seconds  # the estimate ran inside learn_with_gns; its time counts as adapt

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check
 from runs import out_problem  # noqa: E402
 
-GROUPS = ("pqn", "ppo", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
+GROUPS = ("pqn", "ppo", "ppo-atari", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
 MAX_ROUNDS = 100  # --rounds: every round runs every variant once (minutes each); more is a typo, not a benchmark
 MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
@@ -55,6 +55,8 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 16 --num-minibatches 4 --total-timesteps 16384"
         K = 10
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 8192 --num-steps-min 1024 --num-steps-max 2048"
+        # CleanRL's PPO-Atari settings, K = 2 (of 10) so that 8 iterations of 1,024 steps measure 4 times
+        ppo_atari, K_ppo = "--env-id Breakout-v5 --total-timesteps 8192", 2
         # K and M shrunk with the batch so that measuring costs ~5x its paper share (as PQN's K=10 does)
         btr = ("--env-id Breakout-v5 --num-envs 8 --buffer-size 16384 --learning-starts 1000 --total-timesteps 3000 "
                "--no-impala --hidden-size 64 --batch-size-min 64 --batch-size-max 128 --batch-size 64 "
@@ -63,6 +65,7 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
         K = 50
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 200000"
+        ppo_atari, K_ppo = "--env-id Breakout-v5 --total-timesteps 200000", 10
         # the default network, batch 256 / ABS [128, 512]; learning starts early so a short run is mostly learning
         btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 10000 --total-timesteps 120000"
     pinned = f"{pqn} --adapt-freq {K} --num-steps-min 32 --num-steps-max 32"
@@ -73,8 +76,10 @@ def configs(quick: bool) -> dict:
                 ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py", f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
         "ppo": [("PPO fixed L=2048", "abs_ppo_mujoco.py", f"{ppo} --no-adapt --num-steps 2048"),
                 ("PPO + ABS", "abs_ppo_mujoco.py", ppo)],
-        "ppo-atari": [("PPO Atari + ABS, L in [64, 256]", "abs_ppo_atari.py",
-                       f"--env-id Breakout-v5 --total-timesteps {8192 if quick else 200_000}")],
+        "ppo-atari": [("PPO Atari fixed L=128", "abs_ppo_atari.py", f"{ppo_atari} --no-adapt --num-steps 128"),
+                      ("PPO Atari + ABS, L pinned at 128", "abs_ppo_atari.py",
+                       f"{ppo_atari} --adapt-freq {K_ppo} --num-steps-min 128 --num-steps-max 128"),
+                      ("PPO Atari + ABS, L in [64, 256]", "abs_ppo_atari.py", f"{ppo_atari} --adapt-freq {K_ppo}")],
         "btr": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
                 ("BTR + ABS", "abs_btr.py", btr)],
         "pqn-speed": [("PQN + ABS (L pinned at 32), float32 eager", "abs_pqn_atari.py", pinned),

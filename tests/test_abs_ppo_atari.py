@@ -106,6 +106,9 @@ def test_categorical_kl_against_torch_and_its_direction():
     torch.testing.assert_close(ppo.categorical_kl(new, old), expected)
     assert not torch.allclose(ppo.categorical_kl(new, old), ppo.categorical_kl(old, new))
     assert ppo.categorical_kl(new, new + 3.0).abs().max() < 1e-6  # a shift of every logit leaves the policy alone
+    # rounding: unclamped, about a quarter of these rows come out near -1e-7; a KL is never negative
+    x = torch.randn(4096, 4, generator=torch.Generator().manual_seed(0)) * 3
+    assert (ppo.categorical_kl(x, x + 0.1) >= 0).all()
     # Hand value: new = (1/2, 1/2), old = (1/4, 3/4): KL = 1/2 ln 2 + 1/2 ln(2/3)
     kl = ppo.categorical_kl(torch.log(torch.tensor([[0.5, 0.5]])), torch.log(torch.tensor([[0.25, 0.75]])))
     assert kl.item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
@@ -233,6 +236,7 @@ def test_end_to_end_abs_moves_L_and_logs_the_tags(abs_run):
     assert "adapt/divergence_mean" not in tags and "| kl_bar " in p.stdout
     kl, change = [v for _, v in tags["adapt/kl"]], [v for _, v in tags["adapt/divergence"]]
     assert all(k >= 0 for k in kl) and all(0 <= c <= 1 for c in change)
+    assert max(kl) > 0 and max(change) > 0  # measured across an update (a snapshot taken after it reads 0)
     # Replay the logged KLs through the scheduler with TINY's settings: the logged L follow (float32 events).
     replay = ppo.ABSScheduler(4, 16, window=2, beta=0.5, delta_min=1e-7, delta_max=0.1)
     Ls = [int(v) for _, v in tags["adapt/num_steps"]]
@@ -241,6 +245,12 @@ def test_end_to_end_abs_moves_L_and_logs_the_tags(abs_run):
         assert B == 4 * L and ep == ppo.update_epochs_for(int(L), 1, 8)
     for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
         assert s1 - s0 == 4 * L  # each iteration runs the L of the measurement before it
+    # ... and trains with the epoch rule's epochs at that L: Adam's step count is the sum over the iterations of
+    # epochs(L) x 2 minibatches (the first iteration runs the burn-in's L, steps[0] / 4 envs)
+    used = [int(steps[0]) // 4] + Ls[:-1]
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert int(ckpt["optimizer"]["state"][0]["step"]) == sum(2 * ppo.update_epochs_for(L, 1, 8) for L in used)
+    assert len({ppo.update_epochs_for(L, 1, 8) for L in used}) > 1  # the epochs did change
     model = torch.load(run_dir / "model.pt", weights_only=True)
     ppo.Agent(4).load_state_dict(model["agent"])
 
@@ -260,9 +270,10 @@ def test_end_to_end_fixed_greedy_mode_with_track_divergence(tmp_path):
 
 
 def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
-    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "640", "--run-name", "s",
-                            "--output-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, env=ENV, cwd=tmp_path)
+    """K = 3: the iteration count carried across the stop keeps the measurements on every 3rd iteration."""
+    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--adapt-freq", "3", "--total-timesteps", "640",
+                            "--run-name", "s", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=ENV, cwd=tmp_path)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("step "):
             break
@@ -271,7 +282,7 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, out
     ckpt = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=True)
     assert 0 < ckpt["global_step"] < 640 and ckpt["algo"] == "abs_ppo_atari"
-    assert ckpt["scheduler"]["num_measurements"] == ckpt["iteration"]  # K = 1
+    assert ckpt["scheduler"]["num_measurements"] == ckpt["iteration"] // 3 and ckpt["args"]["adapt_freq"] == 3
     p = preloaded.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "s" / "checkpoint.pt")],
                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
@@ -279,7 +290,12 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
     res = json.loads((tmp_path / "s" / "eval_results.json").read_text())
     assert 640 <= res["global_step"] < 640 + 4 * 16 and res["args"]["num_envs"] == 4
     final = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=True)
-    assert final["iteration"] > ckpt["iteration"] and final["scheduler"]["num_measurements"] == final["iteration"]
+    assert final["iteration"] > ckpt["iteration"] and final["scheduler"]["num_measurements"] == final["iteration"] // 3
+    # one measurement at the end of every 3rd iteration, before and after the stop (each iteration logs its rate at
+    # the step it ended at, as the measurement)
+    kl_steps = sorted(dict(scalars(tmp_path / "s")["adapt/kl"]))
+    lr_steps = sorted(dict(scalars(tmp_path / "s")["charts/learning_rate"]))
+    assert kl_steps == lr_steps[2::3] and len(kl_steps) >= 2
     # Annealed by the steps done when each iteration started (the previous iteration's step), across the stop.
     lr = dict(scalars(tmp_path / "s")["charts/learning_rate"])
     steps = sorted(lr)

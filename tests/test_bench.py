@@ -4,6 +4,7 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,28 @@ def test_speed_groups_add_only_their_flags():
                                                                                   " --bf16 --compile"]
         assert table["btr-speed"][1][2] == table["btr-speed"][0][2] + " --bf16" == table["btr"][1][2] + " --bf16"
         assert base == table["pqn"][1][2]  # the ABS row of the pqn group, L pinned at 32
+
+
+def test_the_ppo_atari_group_is_selectable_and_pins_its_abs_row_at_the_baseline_L():
+    for quick in (True, False):
+        rows = throughput.configs(quick)["ppo-atari"]
+        assert "ppo-atari" in throughput.GROUPS and [r[1] for r in rows] == ["abs_ppo_atari.py"] * 3
+        base = rows[0][2].replace(" --no-adapt --num-steps 128", "")
+        assert rows[1][2].startswith(base) and "--num-steps-min 128 --num-steps-max 128" in rows[1][2]
+        assert rows[2][2] == base + f" --adapt-freq {2 if quick else 10}"
+
+
+def test_benchmarks_page_quotes_the_ppo_atari_results_file():
+    """docs/benchmarks.md's PPO-Atari table is bench/ppo-atari/results.json, row by row."""
+    rows = json.loads((Path(ROOT, "bench", "ppo-atari", "results.json")).read_text())["groups"]["ppo-atari"]
+    page = Path(ROOT, "docs", "benchmarks.md").read_text()
+    lines = [ln for ln in page.splitlines() if ln.startswith("| PPO Atari ")]
+    assert len(lines) == len(rows) == 3
+    for ln, r in zip(lines, rows):
+        split = " / ".join(f"{100 * r['phases'][k] / sum(r['phases'].values()):.0f}"
+                           for k in ("env_seconds", "inference_seconds", "update_seconds", "adapt_seconds"))
+        assert ln.split("|")[2:6] == [f" {r['sps']:.0f} ", f" {r['steady_sps']:.0f} ", f" {r['ratio']:.3f} ",
+                                      f" {split} % "], (ln, r)
 
 
 def test_quick_benchmark_pqn_group(tmp_path):

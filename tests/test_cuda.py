@@ -1,6 +1,6 @@
-"""Device checks (marker `cuda`): PQN, GNS and BTR end to end on the device; one PQN and one BTR update on the
-device against the same update on the CPU; the ABS divergence on both; rollout storage, targets and updates on the
-device.
+"""Device checks (marker `cuda`): PQN, GNS, BTR and PPO-Atari end to end on the device; one PQN, one BTR and one
+PPO-Atari update on the device against the same update on the CPU; the ABS divergence on both; rollout storage,
+targets and updates on the device.
 
 They run on the best device there is: CUDA when torch sees one (`bench/gpu/check.sh` on the GPU machine), else the
 CPU, so every CI run exercises the same code paths at tiny sizes. Only what means something on a GPU alone is
@@ -31,6 +31,7 @@ import preloaded  # runs the training scripts without their imports' seconds (te
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_btr  # noqa: E402
+import abs_ppo_atari as ppo_atari  # noqa: E402
 import abs_pqn_atari as pqn  # noqa: E402
 
 pytestmark = pytest.mark.cuda
@@ -87,8 +88,8 @@ def param_bytes(net):
     return sum(p.numel() * p.element_size() for p in net.parameters())
 
 
-def check_run(p, run_dir, device, algo, total, episodes):
-    """The run finished on `device` with a complete eval_results.json and finite losses; returns its scalars."""
+def check_run(p, run_dir, device, algo, total, episodes, loss="losses/td_loss"):
+    """The run finished on `device` with a complete eval_results.json and a finite `loss`; returns its scalars."""
     assert p.returncode == 0, p.stderr[-3000:]
     assert f" on {device.type}" in p.stdout  # the script's own report of where it runs: no silent CPU fallback
     res = json.loads((run_dir / "eval_results.json").read_text())
@@ -96,7 +97,7 @@ def check_run(p, run_dir, device, algo, total, episodes):
     assert res["eval"]["episodes"] == episodes == len(res["eval"]["returns"])
     assert np.isfinite(res["eval"]["returns"]).all()
     tags = scalars(run_dir)
-    assert np.isfinite([v for _, v in tags["losses/td_loss"]]).all()
+    assert np.isfinite([v for _, v in tags[loss]]).all()
     assert len(tags["charts/SPS"]) >= 2 and tags["charts/SPS"][-1][1] > 0
     if device.type == "cuda":
         assert "perf/cuda_peak_bytes" in tags
@@ -145,6 +146,26 @@ def test_pqn_abs_end_to_end_on_device(device, tmp_path):
     assert storage == pqn.Rollout.allocate(16, 8, (4, 84, 84), "meta").nbytes
     if device.type == "cuda":  # rollout storage, weights and both RAdam moments were all allocated on the GPU
         assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(pqn.QNetwork(4))
+
+
+PPO_ATARI_TINY = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-minibatches", "2", "--num-steps-min", "4",
+                  "--num-steps-max", "16", "--update-epochs", "1", "--epochs-ref-steps", "8", "--adapt-freq", "1",
+                  "--window", "2", "--ema-beta", "0.5", "--kl-low", "1e-7", "--kl-high", "0.1", "--ref-batch-size",
+                  "32", "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "100",
+                  "--log-every-seconds", "0", "--total-timesteps", "960", "--checkpoint-every", "0"]
+
+
+def test_ppo_atari_abs_end_to_end_on_device(device, tmp_path):
+    """PPO + ABS on Atari, the categorical KL moving L (tests/test_abs_ppo_atari.py holds the CPU suite's runs)."""
+    p = script_run("abs_ppo_atari.py", [*PPO_ATARI_TINY, "--run-name", "ppo"], tmp_path, device)
+    tags = check_run(p, tmp_path / "ppo", device, "abs_ppo_atari", 960, 2, loss="losses/policy_loss")
+    kl, Ls = [v for _, v in tags["adapt/kl"]], [v for _, v in tags["adapt/num_steps"]]
+    assert min(kl) >= 0 and max(kl) > 0 and len(set(Ls)) > 1 and all(4 <= L <= 16 for L in Ls)
+    for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):
+        assert s1 - s0 == 4 * L  # each iteration runs the L of the measurement before it
+    storage = tags["perf/storage_bytes"][0][1]
+    if device.type == "cuda":  # rollout storage, weights and both Adam moments were all allocated on the GPU
+        assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(ppo_atari.Agent(4))
 
 
 def test_gns_end_to_end_on_device(device, tmp_path):
@@ -217,6 +238,39 @@ def test_pqn_update_on_device_matches_cpu(device, strict):
     assert d_cpu.abs().max() > 1e-5  # the weights moved
     loss_tol, delta_tol = (1e-4, 1e-3) if strict else (5e-3, 2e-2)
     assert loss_dev == pytest.approx(loss_cpu, rel=loss_tol) and q_dev == pytest.approx(q_cpu, rel=loss_tol)
+    assert rel(d_dev, d_cpu) < delta_tol
+
+
+def ppo_atari_step(agent, dev, batch):
+    a = copy.deepcopy(agent).to(dev)
+    sgd = torch.optim.SGD(a.parameters(), lr=1e-3)  # the weight change is the (clipped) gradient itself
+    start = [p.detach().clone() for p in a.parameters()]
+    # one epoch of one minibatch: the update's random permutation (drawn on each device) only reorders the means
+    stats = ppo_atari.ppo_update(a, sgd, *(t.to(dev) for t in batch), 1, ppo_atari.Args(num_minibatches=1))
+    for p in a.parameters():
+        assert p.device.type == dev.type and p.grad.device.type == dev.type
+    delta = torch.cat([(p.detach() - s).flatten() for p, s in zip(a.parameters(), start)]).cpu()
+    return delta, stats
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["tf32-default", "strict-fp32"])
+def test_ppo_atari_update_on_device_matches_cpu(device, strict):
+    tf32_needs_gpu(device, strict)
+    torch.manual_seed(3)
+    agent, n = ppo_atari.Agent(6), 64
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=g)
+    with torch.no_grad():
+        actions, logprobs, _, values = agent.get_action_and_value(obs)
+    batch = (obs, actions, logprobs - 0.2 * torch.rand(n, generator=g), torch.randn(n, generator=g),
+             values + torch.randn(n, generator=g), values)  # logprobs moved, so that some ratios clip
+    with strict_float32(strict):
+        d_dev, s_dev = ppo_atari_step(agent, device, batch)
+    d_cpu, s_cpu = ppo_atari_step(agent, CPU, batch)
+    assert d_cpu.abs().max() > 1e-6 and s_cpu["clipfrac"] > 0
+    loss_tol, delta_tol = (1e-4, 1e-3) if strict else (5e-3, 2e-2)
+    for key in ("value_loss", "policy_loss", "entropy"):
+        assert s_dev[key] == pytest.approx(s_cpu[key], rel=loss_tol, abs=1e-6), key
     assert rel(d_dev, d_cpu) < delta_tol
 
 
