@@ -150,8 +150,8 @@ def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:
 def machine_time(data, games) -> dict:
     """label -> the runs' training time: "runs", "timed" (runs whose eval_results.json has train_seconds), "hours"
     (their sum), "per_run" (min, max hours), "sps" (min, max of the steps trained / train_seconds, over runs with
-    train_seconds > 0) and "restarted" (runs
-    with more than one event file: each start of a script opens one, so these were stopped and started again)."""
+    train_seconds > 0) and "restarted" (runs with more than one event file: each start of a script opens one, so
+    these were stopped and started again)."""
     out = {}
     for lb in data:
         runs = runs_of({lb: data[lb]}, games)

@@ -146,7 +146,7 @@ def protocol_lines(f: Frame) -> list[str]:
                   for lb, by_game in f.data.items()}
     return [f"- Evaluation of {lb}: `--eval-protocol {', '.join(p)}`"
             + (" (the first games to end count, which favours short games)" if "first-finished" in p else "")
-            + (f"; {unrecorded[lb]} of its runs record none (they predate the flag)" if unrecorded[lb] else "")
+            + (f"; {unrecorded[lb]} of its runs record none" if unrecorded[lb] else "")
             for lb, p in used.items() if p]
 
 

@@ -420,7 +420,7 @@ def test_capped_atari_evaluations_are_named_and_a_wholly_capped_game_is_flagged(
             "run was cut: the evaluation scores there, raw and human-normalised, say how far a capped game got, not "
             "what a whole game scores.") in section(md, "Data")
     assert "Hopper seed 1: 2 of 2" not in md
-    assert "- Evaluation of A: `--eval-protocol quota`; 2 of its runs record none (they predate the flag)" in md
+    assert "- Evaluation of A: `--eval-protocol quota`; 2 of its runs record none" in md
     assert "Evaluation of B" not in md  # none of its runs records one
     assert ("- DoubleDunk: every evaluation episode of every run was cut at the step cap (see Data); its score here is "
             "that of games cut short") in section(md, "Aggregate")
