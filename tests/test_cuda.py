@@ -152,13 +152,13 @@ PPO_ATARI_TINY = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-minibatch
                   "--num-steps-max", "16", "--update-epochs", "1", "--epochs-ref-steps", "8", "--adapt-freq", "1",
                   "--window", "2", "--ema-beta", "0.5", "--kl-low", "1e-7", "--kl-high", "0.1", "--ref-batch-size",
                   "32", "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "100",
-                  "--log-every-seconds", "0", "--total-timesteps", "960", "--checkpoint-every", "0"]
+                  "--log-every-seconds", "0", "--total-timesteps", "640", "--checkpoint-every", "0"]
 
 
 def test_ppo_atari_abs_end_to_end_on_device(device, tmp_path):
     """PPO + ABS on Atari, the categorical KL moving L (tests/test_abs_ppo_atari.py holds the CPU suite's runs)."""
     p = script_run("abs_ppo_atari.py", [*PPO_ATARI_TINY, "--run-name", "ppo"], tmp_path, device)
-    tags = check_run(p, tmp_path / "ppo", device, "abs_ppo_atari", 960, 2, loss="losses/policy_loss")
+    tags = check_run(p, tmp_path / "ppo", device, "abs_ppo_atari", 640, 2, loss="losses/policy_loss")
     kl, Ls = [v for _, v in tags["adapt/kl"]], [v for _, v in tags["adapt/num_steps"]]
     assert min(kl) >= 0 and max(kl) > 0 and len(set(Ls)) > 1 and all(4 <= L <= 16 for L in Ls)
     for (s0, L), (s1, _) in zip(tags["adapt/num_steps"], tags["adapt/num_steps"][1:]):

@@ -427,16 +427,16 @@ def test_capped_atari_evaluations_are_named_and_a_wholly_capped_game_is_flagged(
 
 
 def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(tmp_path):
-    """A: 720,000 steps in 7,200 s and in 3,600 s (100 and 200 steps/s), the second started twice (two event
-    files); B: one run whose eval_results.json predates train_seconds. Hours 3.0, per run 1.0-2.0."""
+    """A: 72,000 steps in 720 s and in 360 s (100 and 200 steps/s), the second started twice (two event files);
+    B: one run whose eval_results.json predates train_seconds. Hours 0.3, per run 0.1-0.2."""
     from torch.utils.tensorboard import SummaryWriter
 
-    for name, seconds in (("a1", 7200.0), ("a2", 3600.0)):
-        write_run(tmp_path / "A" / name, "Amidar-v5", int(name[1]), 200.0, lambda s: s / 10, total=720_000)
+    for name, seconds in (("a1", 720.0), ("a2", 360.0)):
+        write_run(tmp_path / "A" / name, "Amidar-v5", int(name[1]), 200.0, lambda s: s / 10, total=72_000)
         res = json.loads((tmp_path / "A" / name / "eval_results.json").read_text())
         (tmp_path / "A" / name / "eval_results.json").write_text(json.dumps({**res, "train_seconds": seconds}))
-    w = SummaryWriter(log_dir=str(tmp_path / "A" / "a2"), purge_step=500_000)
-    w.add_scalar("charts/episodic_return", 60.0, 500_000)
+    w = SummaryWriter(log_dir=str(tmp_path / "A" / "a2"), purge_step=50_000)
+    w.add_scalar("charts/episodic_return", 60.0, 50_000)
     w.close()
     write_run(tmp_path / "B" / "b1", "Amidar-v5", 1, 100.0, lambda s: s / 10)
     res = json.loads((tmp_path / "B" / "b1" / "eval_results.json").read_text())
@@ -444,11 +444,11 @@ def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(t
     (tmp_path / "B" / "b1" / "eval_results.json").write_text(json.dumps(res))
     data, games, _ = report.collect({"A": tmp_path / "A", "B": tmp_path / "B"}, None, {})
     t = measures.machine_time(data, games)
-    assert t["A"] == {"runs": 2, "timed": 2, "hours": 3.0, "per_run": (1.0, 2.0),
+    assert t["A"] == {"runs": 2, "timed": 2, "hours": pytest.approx(0.3), "per_run": (0.1, 0.2),
                       "sps": (100.0, 200.0), "restarted": 1}
     assert t["B"] == {"runs": 1, "timed": 0, "hours": 0.0, "per_run": None, "sps": None, "restarted": 0}
     md = sections.machine_time_section(t)
-    assert row("\n".join(md), "A")[1:] == ["2", "3.0", "1.0–2.0", "100–200", "1 of 2"]
+    assert row("\n".join(md), "A")[1:] == ["2", "0.3", "0.1–0.2", "100–200", "1 of 2"]
     assert row("\n".join(md), "B")[1:] == ["1", "–", "–", "–", "0 of 1"]
     assert "- B: 1 of 1 runs have no `train_seconds` (not counted)" in md
 
