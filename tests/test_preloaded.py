@@ -60,9 +60,10 @@ def test_a_served_script_prints_fails_and_exits_as_a_fresh_interpreter_does(toy,
     if how == "raise" and not unbuffered:  # a path relative to the working directory; the streams apart
         ways.append(("toy.py", {"capture_output": True}))
     for script, outputs in ways:
-        # The reference is `python toy.py` from a shell, whose SIGINT and SIGTERM are at their defaults. A child of
-        # this test process would inherit an ignored SIGINT (exec keeps SIG_IGN), and a pytest-xdist worker can hold
-        # one: seen in full-suite runs, never in a worker of this file alone. A served run starts at the defaults.
+        # The reference is `python toy.py` from an interactive shell, SIGINT and SIGTERM at their defaults. A child of
+        # these tests inherits an ignored SIGINT (exec keeps SIG_IGN) when pytest was started as a background job
+        # of a non-interactive shell (`cmd &` in a script: POSIX shells ignore SIGINT there). A served run starts
+        # at the defaults.
         fresh = subprocess.run([sys.executable, script, how], text=True, env=env, cwd=tmp_path, timeout=60,
                                preexec_fn=default_stop_signals, **outputs)
         served = preloaded.run([sys.executable, script, how], text=True, env=env, cwd=tmp_path, timeout=60,
