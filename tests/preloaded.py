@@ -14,7 +14,7 @@ imports them afresh. A server serves one environment (thread counts and the like
 pytest worker and environment, at most MAX_SERVERS at a time. Any other command goes to subprocess itself, as does
 every command if a server cannot start (its imports started a thread, which would make forking unsafe).
 
-A served run starts with SIGINT and SIGTERM at their defaults, as from a shell, where subprocess's child would
+A served run starts with SIGINT and SIGTERM at their defaults, as from an interactive shell; subprocess's child would
 inherit an ignored one from the tests' process (exec keeps SIG_IGN; the scripts install their own handlers first).
 What a fork cannot give: the start-up's duration (a test about a signal during the imports uses subprocess), a
 string hash seed of its own (Python draws it before any code runs: the runs of one server share it), and warnings
