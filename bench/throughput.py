@@ -5,8 +5,8 @@
     python bench/throughput.py              # sized for a GPU box (paper settings, longer runs)
     python bench/throughput.py --groups pqn-gpu btr-gpu --budget 300   # the GPU call of bench/gpu/check.sh
 
-Variants of one group (PQN fixed / ABS / GNS, PPO fixed / ABS, BTR fixed / ABS) run at the same
-settings and alternate round by round, so that drift of a shared machine hits them alike. Two columns
+Variants of one group (PQN fixed / ABS / GNS, PPO fixed / ABS, PPO-Atari fixed / ABS, BTR fixed / ABS) run at
+the same settings and alternate round by round, so that drift of a shared machine hits them alike. Two columns
 of speed: "SPS" is the script's own whole-run figure (start-up, burn-in and compilation included);
 "steady SPS" is the rate over the second half of the run's steps, from the wall times of its
 charts/SPS events, which is what an hours-long run sees. Both are medians over rounds, and a row's

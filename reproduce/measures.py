@@ -115,8 +115,8 @@ class BurnIn(NamedTuple):
 def burn_in(data, games) -> tuple[dict, list[str]]:
     """(game, label) -> {seed: BurnIn} for the ABS runs (is_abs_run), and notes. Burn-in: before the W-th
     divergence measurement (W = the run's --window), while L is still L_min; the share is burn_in_share's. After it
-    L may stay at L_min (a divergence above delta_max): the share at L_min counts up to L's first move. A run whose
-    logged L moved before its W-th measurement is noted."""
+    L may stay at L_min (a divergence at or above delta_max, or near enough below it): the share at L_min counts
+    up to L's first move. A run whose logged L moved before its W-th measurement is noted."""
     out, notes = {}, []
     for game in games:
         for lb, by_game in data.items():

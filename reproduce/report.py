@@ -12,7 +12,7 @@ the few runs of one game is shown with its per-seed values, their mean and a Stu
 compared pair gets the difference of means with Welch's 95% interval and an exact permutation p (with 3 vs 3
 runs no p can be below 0.10, and the report says so). Training curves give the early return, the late
 variance and the whole-run return (the curve's area per step); ABS runs: the share of the early window spent
-in burn-in, and their divergence and L per game.
+in burn-in and at L_min, and their divergence and L per game; the machine time. --games and --seeds choose the runs.
 Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,

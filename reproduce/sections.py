@@ -387,7 +387,7 @@ def burn_in_lines(f: Frame, burn) -> list[str]:
                             if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
             if a == lb and len(fixed) == 1:
                 baselines.append(f"{b}: fixed L = {fixed[0]}")
-        stayed = [f"{g} seed {s}" for (g, s), v in entries.items() if v.at_L_min == 1.0 and np.isfinite(v.end)]
+        stayed = [f"{g} seed {s}" for (g, s), v in entries.items() if v.at_L_min == 1.0 and v.share < 1.0]
         md.append(f"- {lb}: on average {100 * np.mean(burnt):.1f}% of the early window (runs: "
                   f"{100 * min(burnt):.1f}-{100 * max(burnt):.1f}%) is burn-in at L = {lmin}, and "
                   f"{100 * np.mean(at_min):.1f}% (runs: {100 * min(at_min):.1f}-{100 * max(at_min):.1f}%) ran at "
