@@ -1,0 +1,155 @@
+#!/usr/bin/env python
+"""Do two commits of abs_pqn_atari.py train alike? The same tiny runs at each commit, every logged number compared.
+
+    python reproduce/train_alike.py 3a05cee a33334c 0c283d3
+
+A grid that runs for days can span commits of this project. Its runs are one experiment only if each commit trains
+as the others do; this tool shows it. For each commit it extracts the tree (`git archive`, nothing is checked out),
+runs the same short Breakout runs of abs_pqn_atari.py with each case's flags (one torch and one envpool thread, on
+the CPU, seed 1), and compares them with the first commit's runs:
+
+- every scalar of the TensorBoard events, step by step and bit for bit, except the wall-clock ones (`*SPS*`,
+  `*_seconds`), and
+- the evaluation's games (`eval_results.json`: the step reached, each game's return and length).
+
+Cases (--cases): `abs` (PQN + ABS, L in [4, 16], K = 2, W = 2), `vanilla` (fixed L = 8, measuring the divergence it
+does not use), `resumed` (the `abs` run stopped half-way by --stop-at-step and resumed from its checkpoint: this
+is how a grid's runs continue after a machine stops). A commit whose flags differ from these cannot be compared here.
+
+Prints one row per commit and case ("same" or the first difference) and exits 0 when every run is the same as the
+first commit's, 1 when one differs, 2 on bad input. The runs stay in --out when it is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from events import read_run_events  # noqa: E402
+
+SCRIPT = "abs_pqn_atari.py"
+CASES = {
+    "abs": ["--num-steps-min", "4", "--num-steps-max", "16", "--adapt-freq", "2", "--window", "2"],
+    "vanilla": ["--no-adapt", "--num-steps", "8", "--track-divergence", "--adapt-freq", "2"],
+}
+CASES["resumed"] = CASES["abs"]
+
+
+def common_flags(steps: int) -> list[str]:
+    """The flags every run shares: a short prefix (--stop-at-step) of a longer schedule, checkpoints, 4 games."""
+    return ["--env-id", "Breakout-v5", "--seed", "1", "--num-envs", "8", "--num-minibatches", "2",
+            "--total-timesteps", str(4 * steps), "--torch-threads", "1", "--env-threads", "1", "--no-cuda",
+            "--log-every-seconds", "0", "--checkpoint-every", str(max(1, steps // 3)), "--eval-episodes", "4",
+            "--eval-num-envs", "2", "--eval-max-episode-steps", "200"]
+
+
+def is_wall_clock(tag: str) -> bool:
+    return "SPS" in tag or tag.endswith("_seconds")
+
+
+def compare(a: Path, b: Path) -> str:
+    """'same (T tags, P points, G games)' when run b logged and evaluated exactly what run a did, else the first
+    difference."""
+    sa, sb = (read_run_events(d)[1] for d in (a, b))
+    ta, tb = ({t for t in s if not is_wall_clock(t)} for s in (sa, sb))
+    if ta != tb:
+        return f"differs: tags only in one run: {', '.join(sorted(ta ^ tb))}"
+    points = 0
+    for tag in sorted(ta):
+        (xa, ya), (xb, yb) = sa[tag], sb[tag]
+        if len(xa) != len(xb) or not np.array_equal(xa, xb):
+            return f"differs: {tag} logged at other steps ({len(xa)} vs {len(xb)} points)"
+        bad = np.flatnonzero(~((ya == yb) | (np.isnan(ya) & np.isnan(yb))))
+        if len(bad):
+            i = bad[0]
+            return f"differs: {tag} at step {xa[i]:.0f}: {ya[i]!r} vs {yb[i]!r}"
+        points += len(xa)
+    ea, eb = (json.loads((d / "eval_results.json").read_text()) for d in (a, b))
+    for key in ("global_step",):
+        if ea[key] != eb[key]:
+            return f"differs: {key} {ea[key]} vs {eb[key]}"
+    for key in ("returns", "lengths"):
+        if ea["eval"][key] != eb["eval"][key]:
+            return f"differs: evaluation {key} {ea['eval'][key]} vs {eb['eval'][key]}"
+    return f"same ({len(ta)} tags, {points} points, {len(ea['eval']['returns'])} games)"
+
+
+def run(tree: Path, out: Path, case: str, steps: int) -> None:
+    """Train one case at the commit extracted in `tree`; its run directory is out/case."""
+    def train(extra: list[str], log: str) -> None:
+        cmd = [sys.executable, SCRIPT, *common_flags(steps), *CASES[case], "--output-dir", str(out),
+               "--run-name", case, *extra]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        with open(out / log, "w") as f:
+            res = subprocess.run(cmd, cwd=tree, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if res.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode} (log: {out / log})")
+    if case == "resumed":
+        train(["--stop-at-step", str(steps // 2)], f"{case}-first.log")
+        train(["--resume", str(out / case / "checkpoint.pt"), "--stop-at-step", str(steps)], f"{case}.log")
+    else:
+        train(["--stop-at-step", str(steps)], f"{case}.log")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("commits", nargs="+", help="two or more commits; each is compared with the first")
+    p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the runs to compare")
+    p.add_argument("--steps", type=int, default=6000, help="environment steps per run (of a 4x longer schedule)")
+    p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the git repository")
+    p.add_argument("--out", type=Path, help="keep the runs here (a new directory); default: a temporary one")
+    a = p.parse_args(argv)
+    if len(a.commits) < 2:
+        p.error("give two or more commits")
+    if a.steps < 512:
+        p.error(f"--steps must be at least 512, got {a.steps}")
+    if a.out is not None and a.out.exists():
+        p.error(f"--out {a.out} exists: give a new directory")
+    for c in a.commits:
+        res = subprocess.run(["git", "-C", str(a.repo), "rev-parse", "--verify", "--quiet", f"{c}^{{commit}}"],
+                             capture_output=True, text=True)
+        if res.returncode:
+            p.error(f"commits: {c!r} is not a commit of {a.repo}")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    work = a.out or Path(tempfile.mkdtemp(prefix="train_alike_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        dirs = []
+        for c in a.commits:
+            tree, out = work / c / "tree", work / c / "runs"
+            tree.mkdir(parents=True)
+            out.mkdir()
+            archive = subprocess.run(["git", "-C", str(a.repo), "archive", c], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+            for case in a.cases:
+                print(f"training {case} at {c} ...", flush=True)
+                run(tree, out, case, a.steps)
+            dirs.append(out)
+        print(f"\n{SCRIPT}, Breakout, {a.steps} steps per run; each commit against {a.commits[0]}:\n")
+        print("| commit | " + " | ".join(a.cases) + " |")
+        print("|---|" + "---|" * len(a.cases))
+        differs = False
+        for c, out in zip(a.commits[1:], dirs[1:]):
+            cells = [compare(dirs[0] / case, out / case) for case in a.cases]
+            differs |= any(not cell.startswith("same") for cell in cells)
+            print(f"| {c} | " + " | ".join(cells) + " |")
+        return 1 if differs else 0
+    finally:
+        if a.out is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
