@@ -1,5 +1,6 @@
 """What the report measures, per run and seed, from the runs collected by runs.py and events.py: a run's
-normalised score, final training return, early return, late variance, curve area and burn-in; per label, the
+normalised score, final training return, early return, late variance, curve area, burn-in and the divergence's
+trend; per label, the
 aggregates across games; per compared pair, the improvement rates. The statistics themselves are stats.py's.
 
 Every per-seed measure has the form (game, label) -> {seed: value}, over the runs whose value is finite
@@ -13,7 +14,8 @@ import numpy as np
 
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
 from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, first_move,
-                   human_normalized_score, improvement_rate, late_variance, robust_improvement)
+                   human_normalized_score, improvement_rate, late_variance, rank_correlation, robust_improvement,
+                   tenth_means)
 
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the names of stats.aggregate's values, in its order
 
@@ -135,6 +137,35 @@ def burn_in(data, games) -> tuple[dict, list[str]]:
                 at_min = burn_in_share([moved], 1, r.window_steps or steps.max())[1]
                 out.setdefault((game, lb), {})[seed] = BurnIn(end, share, float(values[0]), window, moved, at_min)
     return out, notes
+
+
+class Trend(NamedTuple):
+    tag: str  # the divergence logged (adapt/divergence, adapt/kl, ...)
+    n: int  # its measurements
+    first: float  # the first measurement
+    early: float  # the mean over the first tenth of the run's steps
+    late: float  # the mean over the last tenth
+    rho: float  # Spearman's rank correlation with the step (negative: it falls)
+
+
+def divergence_trends(data, games) -> dict:
+    """(game, label) -> {seed: Trend} for every run that logged a divergence: an ABS run's own, or one a fixed-batch
+    run measured without using it (--track-divergence). The paper's Figure 1 claim (the divergence starts high, then
+    falls) over the steps each run trained: for a prefix run, the steps up to its stop."""
+    out = {}
+    for game in games:
+        for lb, by_game in data.items():
+            for seed, r in sorted(by_game.get(game, {}).items()):
+                tag = divergence_tag(r)
+                if tag is None:
+                    continue
+                steps, values = r.scalars[tag]
+                order = np.argsort(steps, kind="stable")
+                steps, values = steps[order], values[order]
+                early, late = tenth_means(steps, values, r.total_steps)
+                out.setdefault((game, lb), {})[seed] = Trend(tag, len(values), float(values[0]), early, late,
+                                                             rank_correlation(steps, values))
+    return out
 
 
 def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:

@@ -467,6 +467,42 @@ def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:
     return md + (["Games left out:", *excluded, ""] if excluded else ["No game left out.", ""])
 
 
+def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
+    """The paper's Figure 1 claim per run that logged a divergence (measures.divergence_trends): where it starts,
+    its mean over the first and the last tenth of the run's steps, and Spearman's rank correlation with the step;
+    per label, in how many runs it fell."""
+    if not trends:
+        return []
+
+    def per_seed(by_seed, value, form="{:.3f}"):
+        return ", ".join(f"{s}: {'–' if not np.isfinite(value(v)) else form.format(value(v))}"
+                         for s, v in by_seed.items())
+    rows = [[g, lb, ", ".join(sorted({v.tag for v in by_seed.values()})), per_seed(by_seed, lambda v: v.n, "{:d}"),
+             per_seed(by_seed, lambda v: v.first), per_seed(by_seed, lambda v: v.early),
+             per_seed(by_seed, lambda v: v.late), per_seed(by_seed, lambda v: v.rho, "{:+.2f}")]
+            for (g, lb), by_seed in trends.items()]
+    md = [f"## Divergence over training{f.at}", "",
+          "The paper (Section 3, Figure 1): the divergence \"typically starts high due to random exploration and rapid "
+          "initial learning, then monotonically decreases as the agent stabilizes\". Per run that logged one (ABS's "
+          "own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it trained: its "
+          "first measurement, its mean over the first and the last tenth of those steps, and Spearman's rank "
+          "correlation ρ of the measurements with their steps (−1: each below the one before; negative: it mostly "
+          "falls; –: fewer than 3 or all equal).", "",
+          md_table(["game", "label", "divergence", "measurements (seed: n)", "first (seed: value)",
+                    "mean, first tenth (seed: value)", "mean, last tenth (seed: value)", "ρ with step (seed: ρ)"],
+                   rows), ""]
+    for lb in f.labels:
+        runs = [v for (g, label), by_seed in trends.items() if label == lb for v in by_seed.values()]
+        if not runs:
+            continue
+        both = [v for v in runs if np.isfinite(v.early) and np.isfinite(v.late)]
+        rhos = [v.rho for v in runs if np.isfinite(v.rho)]
+        md.append(f"- {lb}: lower in the last tenth than in the first in {sum(v.late < v.early for v in both)} of "
+                  f"{len(both)} runs; ρ < 0 in {sum(r < 0 for r in rhos)} of {len(rhos)}"
+                  + (f" (median ρ {np.median(rhos):+.2f})." if rhos else "."))
+    return md + [""]
+
+
 def machine_time_section(times: dict) -> list[str]:
     """The runs' training time per label (measures.machine_time)."""
     def span(x, form):

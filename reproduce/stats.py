@@ -216,6 +216,24 @@ def first_move(steps, values) -> float:
     return float(np.asarray(steps)[moved[0]]) if len(moved) else float("inf")
 
 
+def tenth_means(steps, values, end: float) -> tuple[float, float]:
+    """(the mean of the values logged in the first tenth of the steps [0, end], in the last tenth): where a divergence
+    starts and ends over a run (NaN for a tenth without a value)."""
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    first, last = values[steps <= 0.1 * end], values[steps >= 0.9 * end]
+    return (float(first.mean()) if len(first) else float("nan"), float(last.mean()) if len(last) else float("nan"))
+
+
+def rank_correlation(steps, values) -> float:
+    """Spearman's rank correlation of the values with their steps: -1 when every value is below the one before it,
+    negative when they mostly fall over training (the paper's "monotonically decreases"), 0 with no monotone trend;
+    NaN for fewer than 3 values or constant ones (no ranks to correlate)."""
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    if len(values) < 3 or np.all(values == values[0]) or np.all(steps == steps[0]):
+        return float("nan")
+    return float(scipy.stats.spearmanr(steps, values).statistic)
+
+
 def binned(steps, values, edges: np.ndarray) -> np.ndarray:
     """Mean of values per step bin (NaN for empty bins)."""
     idx = np.clip(np.digitize(steps, edges[1:-1]), 0, len(edges) - 2)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
@@ -235,14 +236,15 @@ def test_smallest_possible_p_and_its_statement():
     assert "no difference can reach" in sections.min_p_statement(1, 1)
 
 
-def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, window, total, adapt=True):
-    """A PPO-like run: one adapt/kl and adapt/num_steps event per divergence measurement, and --window W."""
+def write_adapt_run(run_dir: Path, env_id, seed, measurement_steps, lengths, window, total, adapt=True, kl=None):
+    """A PPO-like run: one adapt/kl (0.02, or kl's values) and adapt/num_steps event per divergence measurement,
+    and --window W."""
     from torch.utils.tensorboard import SummaryWriter
 
     write_run(run_dir, env_id, seed, 1000.0, lambda s: s / 10, total=total)
     w = SummaryWriter(log_dir=str(run_dir))
-    for step, L in zip(measurement_steps, lengths):
-        w.add_scalar("adapt/kl", 0.02, step)
+    for step, L, value in zip(measurement_steps, lengths, kl or [0.02] * len(lengths)):
+        w.add_scalar("adapt/kl", value, step)
         w.add_scalar("adapt/num_steps", L, step)
     w.close()
     res = json.loads((run_dir / "eval_results.json").read_text())
@@ -287,6 +289,45 @@ def test_burn_in_share_from_event_files(tmp_path):
     data, games, _ = report.collect({"odd": tmp_path / "odd"}, None, {})
     assert measures.burn_in(data, games)[1] == ["odd: Hopper seed 1: adapt/num_steps moved before its W-th measurement "
                                               "(W = 3), not a burn-in at one L"]
+
+
+def test_tenth_means_and_rank_correlation_by_hand():
+    # steps <= 100 are the first tenth of 1,000 (values 1, 2, 3), steps >= 900 the last (4, 5)
+    assert stats.tenth_means([0, 50, 100, 500, 900, 1000], [1, 2, 3, 9, 4, 5], 1000) == (2.0, 4.5)
+    assert np.isnan(stats.tenth_means([500], [1.0], 1000)).all()  # no value in either tenth
+    assert stats.rank_correlation([1, 2, 3, 4], [0.9, 0.5, 0.2, 0.1]) == pytest.approx(-1.0)  # every one falls
+    assert stats.rank_correlation([1, 2, 3, 4], [0.1, 0.2, 0.5, 0.9]) == pytest.approx(1.0)
+    # ranks of [3, 1, 2] against 1, 2, 3: d = 2, -1, -1, rho = 1 - 6 * 6 / (3 * 8) = -0.5
+    assert stats.rank_correlation([1, 2, 3], [3.0, 1.0, 2.0]) == pytest.approx(-0.5)
+    assert np.isnan(stats.rank_correlation([1, 2], [2.0, 1.0]))  # fewer than 3 values
+    assert np.isnan(stats.rank_correlation([1, 2, 3], [0.5, 0.5, 0.5]))  # constant: no ranks to correlate
+
+
+def test_divergence_trend_section_from_event_files(tmp_path):
+    """The paper's Figure 1 claim per run, from its events: seed 1's KL falls at every measurement (rho -1), seed
+    2's rises (+1); 7 measurements over 1,200 steps: the first tenth (<= 120) holds the first, the last (>= 1,080)
+    the seventh. The fixed-L baseline logged the KL too (as --track-divergence does): it is listed, its trend its own."""
+    steps = [100, 160, 320, 480, 640, 800, 1120]
+    falls, rises = [0.09, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02], [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07]
+    write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, steps, [16] * 7, 3, 1200, kl=falls)
+    write_adapt_run(tmp_path / "ABS" / "b", "Hopper-v4", 2, steps, [16] * 7, 3, 1200, kl=rises)
+    write_adapt_run(tmp_path / "PPO" / "a", "Hopper-v4", 1, steps, [32] * 7, 3, 1200, adapt=False,
+                    kl=[0.05, 0.01, 0.05, 0.01, 0.05, 0.01, 0.05])
+    data, games, _ = report.collect({"ABS": tmp_path / "ABS", "PPO": tmp_path / "PPO"}, None, {})
+    got = measures.divergence_trends(data, games)
+    assert got[("Hopper", "ABS")][1] == ("adapt/kl", 7, pytest.approx(0.09), pytest.approx(0.09),
+                                         pytest.approx(0.02), pytest.approx(-1.0))
+    assert got[("Hopper", "ABS")][2].rho == pytest.approx(1.0)
+    # rho of the alternating KL: ranks 5.5, 2, 5.5, 2, 5.5, 2, 5.5 (ties averaged) against 1..7
+    expected = scipy.stats.spearmanr(steps, [0.05, 0.01, 0.05, 0.01, 0.05, 0.01, 0.05]).statistic
+    assert got[("Hopper", "PPO")][1].rho == pytest.approx(expected) and abs(expected) < 0.2
+    assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20"]) == 0
+    md = section((tmp_path / "o" / "report.md").read_text(), "Divergence over training")
+    assert row_of(md, "Hopper", "ABS")[2:] == ["adapt/kl", "1: 7, 2: 7", "1: 0.090, 2: 0.010", "1: 0.090, 2: 0.010",
+                                               "1: 0.020, 2: 0.070", "1: -1.00, 2: +1.00"]
+    assert "- ABS: lower in the last tenth than in the first in 1 of 2 runs; ρ < 0 in 1 of 2 (median ρ +0.00)." in md
+    assert "- PPO: lower in the last tenth than in the first in 0 of 1 runs; ρ < 0 in" in md
 
 
 def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
