@@ -20,3 +20,15 @@ def same_random_state_for_every_test():
 def pytest_report_header(config):
     gpu = torch.cuda.is_available() and os.environ.get("ABS_TEST_DEVICE") != "cpu"
     return "device tests on: " + (f"cuda ({torch.cuda.get_device_name(0)})" if gpu else "cpu")
+
+
+# Modules of long end-to-end runs first and modules of quick unit tests last: pytest-xdist hands tests out in the
+# order collected, so a long test collected last runs while the other worker has nothing left (the README's test
+# time). The order within a module, and so its module-scoped fixtures, is kept.
+FIRST = ("test_stop_at_step.py", "test_train_alike.py", "test_sweep.py", "test_results.py", "test_hardening_runs.py",
+         "test_bench.py")
+LAST = ("test_report.py", "test_abs_utils.py", "test_docs.py", "test_divergence_study.py", "test_gpu_call.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: 0 if item.path.name in FIRST else 2 if item.path.name in LAST else 1)
