@@ -70,7 +70,7 @@ def compare(a: Path, b: Path) -> str:
         bad = np.flatnonzero(~((ya == yb) | (np.isnan(ya) & np.isnan(yb))))
         if len(bad):
             i = bad[0]
-            return f"differs: {tag} at step {xa[i]:.0f}: {ya[i]!r} vs {yb[i]!r}"
+            return f"differs: {tag} at step {xa[i]:.0f}: {float(ya[i])!r} vs {float(yb[i])!r}"
         points += len(xa)
     ea, eb = (json.loads((d / "eval_results.json").read_text()) for d in (a, b))
     for key in ("global_step",):

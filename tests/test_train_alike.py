@@ -1,6 +1,7 @@
-"""reproduce/train_alike.py: commits that train alike are reported "same", a commit that trains differently is
-caught with the first differing number, and bad input is one line, exit 2. The commits are made here, in a
-repository of the current abs_pqn_atari.py and abs_utils.py: one only re-commented, one with another learning rate."""
+"""reproduce/train_alike.py: commits that train alike are reported "same" (two commits made here, in a repository of
+the current abs_pqn_atari.py and abs_utils.py, one only re-commented), the first differing number of two runs is
+named, and bad input is one line, exit 2."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "reproduce" / "train_alike.py"
+sys.path.insert(0, str(ROOT / "reproduce"))
+import train_alike  # noqa: E402
 
 
 def git(repo: Path, *args: str) -> str:
@@ -17,7 +20,7 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def commits(tmp_path_factory):
-    """(repo, {name: commit}): base, comment (a comment added: trains the same) and lr (another learning rate)."""
+    """(repo, {name: commit}): base, and comment (a comment added: trains the same)."""
     repo = tmp_path_factory.mktemp("repo")
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.com")
@@ -26,8 +29,7 @@ def commits(tmp_path_factory):
     (repo / "abs_utils.py").write_text((ROOT / "abs_utils.py").read_text())
     made = {}
     for name, text in (("base", script),
-                       ("comment", script.replace("import copy\n", "import copy  # a comment changes nothing\n", 1)),
-                       ("lr", script.replace("learning_rate: float = 2.5e-4", "learning_rate: float = 1e-3", 1))):
+                       ("comment", script.replace("import copy\n", "import copy  # a comment changes nothing\n", 1))):
         assert text != script or name == "base"
         (repo / "abs_pqn_atari.py").write_text(text)
         git(repo, "add", "-A")
@@ -36,17 +38,48 @@ def commits(tmp_path_factory):
     return repo, made
 
 
-def test_a_comment_trains_alike_and_another_learning_rate_does_not(commits, tmp_path):
+def test_a_comment_trains_alike(commits, tmp_path):
+    """Two commits that differ in a comment: every logged number and evaluation game the same, exit 0."""
     repo, c = commits
     out = tmp_path / "runs"
-    res = subprocess.run([sys.executable, str(TOOL), c["base"], c["comment"], c["lr"], "--cases", "abs",
-                          "--steps", "512", "--repo", str(repo), "--out", str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 1, res.stdout + res.stderr  # one commit differs
-    rows = {ln.split(" | ")[0][2:]: ln for ln in res.stdout.splitlines() if ln.startswith("| ")}
-    assert rows[c["comment"]].startswith(f"| {c['comment']} | same (") and " 4 games)" in rows[c["comment"]]
-    assert rows[c["lr"]].startswith(f"| {c['lr']} | differs: "), rows[c["lr"]]
-    assert (out / c["lr"] / "runs" / "abs" / "eval_results.json").is_file()  # --out keeps the runs
+    res = subprocess.run([sys.executable, str(TOOL), c["base"], c["comment"], "--cases", "abs", "--steps", "512",
+                          "--repo", str(repo), "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"| {c['comment']} |"))
+    assert row.startswith(f"| {c['comment']} | same (") and row.endswith(" points, 4 games) |"), row
+    for commit in (c["base"], c["comment"]):  # --out keeps both runs
+        assert (out / commit / "runs" / "abs" / "eval_results.json").is_file()
+
+
+def write_run(run_dir: Path, losses, returns, tags=("losses/td_loss",)):
+    """A run directory as the scripts leave it: its scalars (one value per step 100, 200, ...) and its evaluation."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(log_dir=str(run_dir))
+    for i, x in enumerate(losses):
+        for tag in tags:
+            w.add_scalar(tag, x, 100 * (i + 1))
+        w.add_scalar("charts/SPS", 1000 + i, 100 * (i + 1))  # wall clock: never compared
+    w.close()
+    (run_dir / "eval_results.json").write_text(json.dumps({"global_step": 100 * len(losses),
+                                                           "eval": {"returns": returns, "lengths": [10] * len(returns)}}))
+
+
+def test_compare_names_the_first_difference(tmp_path):
+    """What a commit that trains differently leaves: another value, other steps, another tag or other games."""
+    def run(name, losses=(0.5, 0.25, 0.125), returns=(1.0, 2.0), **kw):
+        write_run(tmp_path / name, list(losses), list(returns), **kw)
+        return tmp_path / name
+    base = run("base")
+    assert train_alike.compare(base, run("same")) == "same (1 tags, 3 points, 2 games)"  # SPS differs, not counted
+    assert train_alike.compare(base, run("value", losses=(0.5, 0.3, 0.125))) == \
+        "differs: losses/td_loss at step 200: 0.25 vs 0.30000001192092896"
+    assert train_alike.compare(base, run("steps", losses=(0.5, 0.25))).startswith(
+        "differs: losses/td_loss logged at other steps (3 vs 2 points)")
+    assert train_alike.compare(base, run("tag", tags=("losses/td_loss", "losses/q_values"))) == \
+        "differs: tags only in one run: losses/q_values"
+    assert train_alike.compare(base, run("games", returns=(1.0, 3.0))) == \
+        "differs: evaluation returns [1.0, 2.0] vs [1.0, 3.0]"
 
 
 @pytest.mark.parametrize("args, message", [
