@@ -1,7 +1,7 @@
 """What the report measures, per run and seed, from the runs collected by runs.py and events.py: a run's
 normalised score, final training return, early return, late variance, curve area, burn-in and the divergence's
-trend; per label, the
-aggregates across games; per compared pair, the improvement rates. The statistics themselves are stats.py's.
+trend; per label, the aggregates across games; per compared pair, the improvement rates. The statistics themselves
+are stats.py's.
 
 Every per-seed measure has the form (game, label) -> {seed: value}, over the runs whose value is finite
 (per_seed); the report's metric sections take that form.

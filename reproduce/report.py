@@ -13,7 +13,8 @@ compared pair gets the difference of means with Welch's 95% interval and an exac
 runs no p can be below 0.10, and the report says so). Training curves give the early return, the late
 variance and the whole-run return (the curve's area per step); ABS runs: the share of the early window spent
 in burn-in and at L_min, and their divergence and L per game; every run that logged a divergence: where it starts
-and ends and its rank correlation with the step (the paper's Figure 1 claim); the machine time. --games and --seeds choose the runs.
+and ends and its rank correlation with the step (the paper's Figure 1 claim); the machine time. --games and
+--seeds choose the runs.
 Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,
@@ -32,8 +33,8 @@ import runs  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
-                      divergence_trends, early_late, final_training_return, hns_values, improvement_rates, machine_time, normalized,
-                      not_reached, per_seed)
+                      divergence_trends, early_late, final_training_return, hns_values, improvement_rates,
+                      machine_time, normalized, not_reached, per_seed)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402

@@ -306,7 +306,8 @@ def test_tenth_means_and_rank_correlation_by_hand():
 def test_divergence_trend_section_from_event_files(tmp_path):
     """The paper's Figure 1 claim per run, from its events: seed 1's KL falls at every measurement (rho -1), seed
     2's rises (+1); 7 measurements over 1,200 steps: the first tenth (<= 120) holds the first, the last (>= 1,080)
-    the seventh. The fixed-L baseline logged the KL too (as --track-divergence does): it is listed, its trend its own."""
+    the seventh. The fixed-L baseline logged the KL too (as --track-divergence does): it is listed with its own
+    trend."""
     steps = [100, 160, 320, 480, 640, 800, 1120]
     falls, rises = [0.09, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02], [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07]
     write_adapt_run(tmp_path / "ABS" / "a", "Hopper-v4", 1, steps, [16] * 7, 3, 1200, kl=falls)

@@ -61,8 +61,8 @@ def write_run(run_dir: Path, losses, returns, tags=("losses/td_loss",)):
             w.add_scalar(tag, x, 100 * (i + 1))
         w.add_scalar("charts/SPS", 1000 + i, 100 * (i + 1))  # wall clock: never compared
     w.close()
-    (run_dir / "eval_results.json").write_text(json.dumps({"global_step": 100 * len(losses),
-                                                           "eval": {"returns": returns, "lengths": [10] * len(returns)}}))
+    result = {"global_step": 100 * len(losses), "eval": {"returns": returns, "lengths": [10] * len(returns)}}
+    (run_dir / "eval_results.json").write_text(json.dumps(result))
 
 
 def test_compare_names_the_first_difference(tmp_path):
