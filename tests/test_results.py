@@ -110,6 +110,17 @@ def test_mujoco_pages_machine_time_is_the_reports(regenerated, grid):
     assert len(hours) == 2 and f"the 18 runs took {sum(hours):.1f} hours of training" in page.lower()
 
 
+def test_mujoco_5m_page_states_both_reports_divergence_trends(regenerated):
+    """The 5M page's Figure 1 bullet gives each report's "Divergence over training" counts and median rho."""
+    page = " ".join((ROOT / "docs" / "results-mujoco-5m.md").read_text().split())
+    for grid in ("mujoco-5m", "mujoco-1m"):
+        md = (regenerated(grid) / "report.md").read_text().split("## Divergence over training")[1].split("\n## ")[0]
+        line = next(ln for ln in md.splitlines() if ln.startswith("- PPO+ABS: "))
+        lower, rho = line.removeprefix("- PPO+ABS: ").rstrip(").").split("; ")
+        count, median = rho.split(" (")
+        assert lower in page and f"{count}, {median}" in page, (grid, line)
+
+
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
     interval and the exact permutation p of PPO+ABS - PPO, no per-game IQM table (the IQM of 3 values is their
