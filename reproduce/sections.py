@@ -482,7 +482,7 @@ def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
              per_seed(by_seed, lambda v: v.late), per_seed(by_seed, lambda v: v.rho, "{:+.2f}")]
             for (g, lb), by_seed in trends.items()]
     md = [f"## Divergence over training{f.at}", "",
-          "The paper (Section 3, Figure 1): the divergence \"typically starts high due to random exploration and rapid "
+          "The paper (Section 4.1, Figure 1): the divergence \"typically starts high due to random exploration and rapid "
           "initial learning, then monotonically decreases as the agent stabilizes\". Per run that logged one (ABS's "
           "own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it trained: its "
           "first measurement, its mean over the first and the last tenth of those steps, and Spearman's rank "
