@@ -9,8 +9,10 @@ runs the same short Breakout runs of abs_pqn_atari.py with each case's flags (on
 the CPU, seed 1), and compares them with the first commit's runs:
 
 - every scalar of the TensorBoard events, step by step and bit for bit, except the wall-clock ones (`*SPS*`,
-  `*_seconds`), and
-- the evaluation's games (`eval_results.json`: the step reached, each game's return and length).
+  `*_seconds`),
+- the evaluation's games (`eval_results.json`: the step reached, each game's return and length), and
+- the checkpoint each run ends with, bit for bit, but for its flags and timings: the state a resume starts from,
+  so that a run stopped at one of the commits and resumed at another goes on as at either.
 
 Cases (--cases): `abs` (PQN + ABS, L in [4, 16], K = 2, W = 2), `vanilla` (fixed L = 8, measuring the divergence it
 does not use), `resumed` (the `abs` run stopped half-way by --stop-at-step and resumed from its checkpoint: this
@@ -31,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from events import read_run_events  # noqa: E402
@@ -55,9 +58,32 @@ def is_wall_clock(tag: str) -> bool:
     return "SPS" in tag or tag.endswith("_seconds")
 
 
+CHECKPOINT_SKIP = {"args", "perf", "train_seconds"}  # the flags (paths, flags a later commit added) and timings
+
+
+def checkpoint_difference(x, y, where: str = "") -> str | None:
+    """The first place where two checkpoints' contents differ (tensors bit for bit), None if nowhere: the state a
+    resume starts from (weights, optimiser, random generators, the schedule's state), so that a run stopped at one
+    commit and resumed at another continues as it would have at either."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        skip = CHECKPOINT_SKIP if not where else set()
+        keys, other = set(x) - skip, set(y) - skip
+        if keys != other:
+            return f"{where or 'top level'}: keys only in one: {', '.join(sorted(map(str, keys ^ other)))}"
+        return next((d for k in sorted(keys, key=str)
+                     if (d := checkpoint_difference(x[k], y[k], f"{where}/{k}")) is not None), None)
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y):
+        return next((d for i, (u, v) in enumerate(zip(x, y))
+                     if (d := checkpoint_difference(u, v, f"{where}[{i}]")) is not None), None)
+    if torch.is_tensor(x) and torch.is_tensor(y):
+        return None if x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y) else where
+    same = type(x) is type(y) and (x == y or (isinstance(x, float) and x != x and y != y))  # NaN is NaN here
+    return None if same else where
+
+
 def compare(a: Path, b: Path) -> str:
-    """'same (T tags, P points, G games)' when run b logged and evaluated exactly what run a did, else the first
-    difference."""
+    """'same (T tags, P points, G games, checkpoint)' when run b logged and evaluated exactly what run a did and
+    ended with the same checkpoint, else the first difference."""
     sa, sb = (read_run_events(d)[1] for d in (a, b))
     ta, tb = ({t for t in s if not is_wall_clock(t)} for s in (sa, sb))
     if ta != tb:
@@ -79,7 +105,15 @@ def compare(a: Path, b: Path) -> str:
     for key in ("returns", "lengths"):
         if ea["eval"][key] != eb["eval"][key]:
             return f"differs: evaluation {key} {ea['eval'][key]} vs {eb['eval'][key]}"
-    return f"same ({len(ta)} tags, {points} points, {len(ea['eval']['returns'])} games)"
+    ca, cb = (d / "checkpoint.pt" for d in (a, b))
+    if ca.exists() != cb.exists():
+        return "differs: a checkpoint in only one run"
+    if ca.exists():
+        where = checkpoint_difference(*(torch.load(c, map_location="cpu", weights_only=True) for c in (ca, cb)))
+        if where is not None:
+            return f"differs: checkpoint {where}"
+    return (f"same ({len(ta)} tags, {points} points, {len(ea['eval']['returns'])} games"
+            + (", checkpoint)" if ca.exists() else ")"))
 
 
 def run(tree: Path, out: Path, case: str, steps: int) -> None:

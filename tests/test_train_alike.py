@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "reproduce" / "train_alike.py"
@@ -46,7 +47,7 @@ def test_a_comment_trains_alike(commits, tmp_path):
                           "--repo", str(repo), "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"| {c['comment']} |"))
-    assert row.startswith(f"| {c['comment']} | same (") and row.endswith(" points, 4 games) |"), row
+    assert row.startswith(f"| {c['comment']} | same (") and row.endswith(" points, 4 games, checkpoint) |"), row
     for commit in (c["base"], c["comment"]):  # --out keeps both runs
         assert (out / commit / "runs" / "abs" / "eval_results.json").is_file()
 
@@ -99,3 +100,23 @@ def test_an_existing_out_is_refused(tmp_path):
     res = subprocess.run([sys.executable, str(TOOL), "HEAD", "HEAD", "--repo", str(ROOT), "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and f"--out {tmp_path} exists" in res.stderr
+
+
+def test_checkpoint_difference_names_the_first_place():
+    """Two checkpoints are the same but for their flags and timings; otherwise the first differing entry is named."""
+    def checkpoint(**changes):
+        c = {"global_step": 512, "q_network": {"w": torch.arange(4.0)}, "rng": {"python": (3, (1, 2), None)},
+             "scheduler": {"L": 16.25, "window": [0.5, float("nan")]}, "args": {"output_dir": "a"},
+             "perf": {"env": 1.0}, "train_seconds": 3.0}
+        c.update(changes)
+        return c
+    ca = checkpoint()
+    assert train_alike.checkpoint_difference(ca, checkpoint(args={"output_dir": "b", "eval_protocol": "quota"},
+                                                            perf={"env": 2.0}, train_seconds=4.0)) is None
+    assert train_alike.checkpoint_difference(ca, checkpoint(q_network={"w": torch.tensor([0.0, 1, 2, 3.5])})) \
+        == "/q_network/w"
+    assert train_alike.checkpoint_difference(ca, checkpoint(q_network={"w": torch.arange(4)})) == "/q_network/w"  # dtype
+    assert train_alike.checkpoint_difference(ca, checkpoint(scheduler={"L": 16.25, "window": [0.5, 0.1]})) \
+        == "/scheduler/window[1]"
+    assert train_alike.checkpoint_difference(ca, checkpoint(rng={"python": (3, (1, 3), None)})) == "/rng/python[1][1]"
+    assert train_alike.checkpoint_difference(ca, checkpoint(iteration=7)) == "top level: keys only in one: iteration"
