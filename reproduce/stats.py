@@ -231,7 +231,8 @@ def rank_correlation(steps, values) -> float:
     steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     if len(values) < 3 or np.all(values == values[0]) or np.all(steps == steps[0]):
         return float("nan")
-    return float(scipy.stats.spearmanr(steps, values).statistic)
+    rho = float(scipy.stats.spearmanr(steps, values).statistic)
+    return 0.0 if abs(rho) < 1e-12 else rho  # no trend is 0, not a rounding error's sign (-1e-17 shows as -0.00)
 
 
 def binned(steps, values, edges: np.ndarray) -> np.ndarray:

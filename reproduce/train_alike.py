@@ -11,15 +11,18 @@ the CPU, seed 1), and compares them with the first commit's runs:
 - every scalar of the TensorBoard events, step by step and bit for bit, except the wall-clock ones (`*SPS*`,
   `*_seconds`),
 - the evaluation's games (`eval_results.json`: the step reached, each game's return and length), and
-- the checkpoint each run ends with, bit for bit, but for its flags and timings: the state a resume starts from,
-  so that a run stopped at one of the commits and resumed at another goes on as at either.
+- the checkpoint each run ends with, bit for bit, but for its flags and timings: the state a resume starts from.
+  A resume takes its algorithm flags from the checkpoint, so a run stopped at one commit and resumed at another
+  goes on with the first commit's flags and the second's code; a default changed between the commits shows only
+  where these short runs use it.
 
 Cases (--cases): `abs` (PQN + ABS, L in [4, 16], K = 2, W = 2), `vanilla` (fixed L = 8, measuring the divergence it
 does not use), `resumed` (the `abs` run stopped half-way by --stop-at-step and resumed from its checkpoint: this
 is how a grid's runs continue after a machine stops). A commit whose flags differ from these cannot be compared here.
 
-Prints one row per commit and case ("same" or the first difference) and exits 0 when every run is the same as the
-first commit's, 1 when one differs, 2 on bad input. The runs stay in --out when it is given.
+Prints a table, one row per commit and one column per case ("same" or the first difference), and exits 0 when every
+run is the same as the first commit's, 1 when one differs, 2 on bad input (before anything is created), 3 when a run
+failed (its log named, and every run kept). The runs stay in --out when it is given.
 """
 from __future__ import annotations
 
@@ -75,8 +78,11 @@ def checkpoint_difference(x, y, where: str = "") -> str | None:
     if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y):
         return next((d for i, (u, v) in enumerate(zip(x, y))
                      if (d := checkpoint_difference(u, v, f"{where}[{i}]")) is not None), None)
-    if torch.is_tensor(x) and torch.is_tensor(y):
-        return None if x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y) else where
+    if torch.is_tensor(x) and torch.is_tensor(y):  # bit for bit (torch.equal would call two NaNs different)
+        def raw(t):
+            return t.detach().contiguous().reshape(-1).view(torch.uint8)
+        same = x.dtype == y.dtype and x.shape == y.shape and torch.equal(raw(x), raw(y))
+        return None if same else where
     same = type(x) is type(y) and (x == y or (isinstance(x, float) and x != x and y != y))  # NaN is NaN here
     return None if same else where
 
@@ -133,8 +139,15 @@ def run(tree: Path, out: Path, case: str, steps: int) -> None:
         train(["--stop-at-step", str(steps)], f"{case}.log")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line of stderr, exit 2, as the other tools."""
+
+    def error(self, message):
+        self.exit(2, f"train_alike.py: error: {message} (train_alike.py --help for the options)\n")
+
+
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("commits", nargs="+", help="two or more commits; each is compared with the first")
     p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the runs to compare")
     p.add_argument("--steps", type=int, default=6000, help="environment steps per run (of a 4x longer schedule)")
@@ -147,11 +160,20 @@ def parse(argv=None) -> argparse.Namespace:
         p.error(f"--steps must be at least 512, got {a.steps}")
     if a.out is not None and a.out.exists():
         p.error(f"--out {a.out} exists: give a new directory")
+    a.out = a.out.resolve() if a.out is not None else None  # the runs start in each commit's tree
+    a.cases = list(dict.fromkeys(a.cases))
+    if subprocess.run(["git", "-C", str(a.repo), "rev-parse", "--git-dir"], capture_output=True).returncode:
+        p.error(f"--repo {a.repo} is not a git repository")
+    a.shas = []
     for c in a.commits:
-        res = subprocess.run(["git", "-C", str(a.repo), "rev-parse", "--verify", "--quiet", f"{c}^{{commit}}"],
-                             capture_output=True, text=True)
+        res = subprocess.run(["git", "-C", str(a.repo), "rev-parse", "--verify", "--quiet", "--short=12",
+                              f"{c}^{{commit}}"], capture_output=True, text=True)
         if res.returncode:
             p.error(f"commits: {c!r} is not a commit of {a.repo}")
+        if subprocess.run(["git", "-C", str(a.repo), "cat-file", "-e", f"{c}:{SCRIPT}"],
+                          capture_output=True).returncode:
+            p.error(f"commits: {c!r} has no {SCRIPT}")
+        a.shas.append(res.stdout.strip())
     return a
 
 
@@ -159,19 +181,26 @@ def main(argv=None) -> int:
     a = parse(argv)
     work = a.out or Path(tempfile.mkdtemp(prefix="train_alike_"))
     work.mkdir(parents=True, exist_ok=True)
+    failed = False
     try:
         dirs = []
-        for c in a.commits:
-            tree, out = work / c / "tree", work / c / "runs"
+        for i, (c, sha) in enumerate(zip(a.commits, a.shas)):
+            # by position: the same commit may be given twice (is its training deterministic?)
+            tree, out = work / f"{i + 1}-{sha}" / "tree", work / f"{i + 1}-{sha}" / "runs"
             tree.mkdir(parents=True)
             out.mkdir()
-            archive = subprocess.run(["git", "-C", str(a.repo), "archive", c], capture_output=True, check=True)
+            archive = subprocess.run(["git", "-C", str(a.repo), "archive", sha], capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
             for case in a.cases:
                 print(f"training {case} at {c} ...", flush=True)
-                run(tree, out, case, a.steps)
+                try:
+                    run(tree, out, case, a.steps)
+                except RuntimeError as e:  # a run that failed: its log is kept, with every other run
+                    failed = True
+                    print(f"train_alike.py: {e}", file=sys.stderr)
+                    return 3
             dirs.append(out)
-        print(f"\n{SCRIPT}, Breakout, {a.steps} steps per run; each commit against {a.commits[0]}:\n")
+        print(f"\n{SCRIPT}, Breakout, {a.steps} steps per run; each commit against {a.commits[0]} ({a.shas[0]}):\n")
         print("| commit | " + " | ".join(a.cases) + " |")
         print("|---|" + "---|" * len(a.cases))
         differs = False
@@ -181,7 +210,7 @@ def main(argv=None) -> int:
             print(f"| {c} | " + " | ".join(cells) + " |")
         return 1 if differs else 0
     finally:
-        if a.out is None:
+        if a.out is None and not failed:
             shutil.rmtree(work, ignore_errors=True)
 
 

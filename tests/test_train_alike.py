@@ -2,6 +2,7 @@
 the current abs_pqn_atari.py and abs_utils.py, one only re-commented), the first differing number of two runs is
 named, and bad input is one line, exit 2."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def commits(tmp_path_factory):
-    """(repo, {name: commit}): base, and comment (a comment added: trains the same)."""
+    """(repo, {name: commit}): base; comment (a comment added: trains the same); broken (the script exits 5 at once);
+    noscript (no abs_pqn_atari.py)."""
     repo = tmp_path_factory.mktemp("repo")
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.com")
@@ -30,7 +32,14 @@ def commits(tmp_path_factory):
     (repo / "abs_utils.py").write_text((ROOT / "abs_utils.py").read_text())
     made = {}
     for name, text in (("base", script),
-                       ("comment", script.replace("import copy\n", "import copy  # a comment changes nothing\n", 1))):
+                       ("comment", script.replace("import copy\n", "import copy  # a comment changes nothing\n", 1)),
+                       ("broken", "import sys\nsys.exit(5)\n"), ("noscript", None)):
+        if text is None:
+            (repo / "abs_pqn_atari.py").unlink()
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", name)
+            made[name] = git(repo, "rev-parse", "--short", "HEAD")
+            continue
         assert text != script or name == "base"
         (repo / "abs_pqn_atari.py").write_text(text)
         git(repo, "add", "-A")
@@ -39,17 +48,29 @@ def commits(tmp_path_factory):
     return repo, made
 
 
-def test_a_comment_trains_alike(commits, tmp_path):
-    """Two commits that differ in a comment: every logged number and evaluation game the same, exit 0."""
+def test_a_comment_trains_alike_and_a_commit_trains_as_itself(commits, tmp_path):
+    """Commits that differ in a comment, and a commit given twice: every logged number, evaluation game and the final
+    checkpoint the same, exit 0. A relative --out is the caller's, though the runs start in each commit's tree."""
     repo, c = commits
-    out = tmp_path / "runs"
-    res = subprocess.run([sys.executable, str(TOOL), c["base"], c["comment"], "--cases", "abs", "--steps", "512",
-                          "--repo", str(repo), "--out", str(out)], capture_output=True, text=True, timeout=600)
+    res = subprocess.run([sys.executable, str(TOOL), c["base"], c["comment"], c["base"], "--cases", "abs", "abs",
+                          "--steps", "512", "--repo", str(repo), "--out", "runs"], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    row = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"| {c['comment']} |"))
-    assert row.startswith(f"| {c['comment']} | same (") and row.endswith(" points, 4 games, checkpoint) |"), row
-    for commit in (c["base"], c["comment"]):  # --out keeps both runs
-        assert (out / commit / "runs" / "abs" / "eval_results.json").is_file()
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("| ") and "same" in ln]
+    assert [r.split(" | ")[0] for r in rows] == [f"| {c['comment']}", f"| {c['base']}"]  # one column: abs once
+    assert all(r.endswith(" points, 4 games, checkpoint) |") and r.count("same (") == 1 for r in rows), rows
+    kept = sorted(p.relative_to(tmp_path / "runs").parts[0] for p in (tmp_path / "runs").glob("*/runs/abs"))
+    assert [k.split("-")[0] for k in kept] == ["1", "2", "3"]  # by position, each run kept
+
+
+def test_a_failed_run_is_exit_3_with_its_log_kept(commits, tmp_path):
+    repo, c = commits
+    res = subprocess.run([sys.executable, str(TOOL), c["broken"], c["base"], "--cases", "vanilla", "--repo",
+                          str(repo)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 3 and "exited 5 (log: " in res.stderr, res.stderr
+    log = Path(res.stderr.split("(log: ")[1].split(")")[0])
+    assert log.is_file() and log.name == "vanilla.log"  # kept for reading, with the temporary directory
+    shutil.rmtree(log.parents[2])
 
 
 def write_run(run_dir: Path, losses, returns, tags=("losses/td_loss",)):
@@ -85,20 +106,24 @@ def test_compare_names_the_first_difference(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["HEAD"], "give two or more commits"),
-    (["HEAD", "no-such-commit-here"], "commits: 'no-such-commit-here' is not a commit of"),
-    (["HEAD", "HEAD", "--steps", "100"], "--steps must be at least 512, got 100"),
-    (["HEAD", "HEAD", "--cases", "fast"], "argument --cases: invalid choice: 'fast'"),
+    (["HEAD~1", "no-such-commit-here"], "commits: 'no-such-commit-here' is not a commit of"),
+    (["HEAD~1", "HEAD"], "commits: 'HEAD' has no abs_pqn_atari.py"),  # the fixture's last commit removed it
+    (["HEAD~1", "HEAD~1", "--steps", "100"], "--steps must be at least 512, got 100"),
+    (["HEAD~1", "HEAD~1", "--cases", "fast"], "argument --cases: invalid choice: 'fast'"),
+    (["HEAD", "HEAD", "--repo", "/"], "--repo / is not a git repository"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
-    res = subprocess.run([sys.executable, str(TOOL), *args, "--repo", str(ROOT), "--out", str(tmp_path / "new")],
+def test_bad_input_is_one_line_and_exit_2(commits, args, message, tmp_path):
+    repo, _ = commits
+    res = subprocess.run([sys.executable, str(TOOL), *args, "--out", str(tmp_path / "new"),
+                          *(["--repo", str(repo)] if "--repo" not in args else [])],
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and message in res.stderr, res.stderr
+    assert res.returncode == 2 and message in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
     assert not (tmp_path / "new").exists()
 
 
-def test_an_existing_out_is_refused(tmp_path):
-    res = subprocess.run([sys.executable, str(TOOL), "HEAD", "HEAD", "--repo", str(ROOT), "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+def test_an_existing_out_is_refused(commits, tmp_path):
+    res = subprocess.run([sys.executable, str(TOOL), "HEAD~1", "HEAD~2", "--repo", str(commits[0]), "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and f"--out {tmp_path} exists" in res.stderr
 
 
