@@ -61,13 +61,13 @@ def is_wall_clock(tag: str) -> bool:
     return "SPS" in tag or tag.endswith("_seconds")
 
 
-CHECKPOINT_SKIP = {"args", "perf", "train_seconds"}  # the flags (paths, flags a later commit added) and timings
+CHECKPOINT_SKIP = {"args", "perf", "train_seconds"}  # top-level keys not compared: the flags and the timings
 
 
 def checkpoint_difference(x, y, where: str = "") -> str | None:
     """The first place where two checkpoints' contents differ (tensors bit for bit), None if nowhere: the state a
-    resume starts from (weights, optimiser, random generators, the schedule's state), so that a run stopped at one
-    commit and resumed at another continues as it would have at either."""
+    resume starts from (weights, optimiser, random generators, the schedule's state), without the flags (which hold
+    paths, and any flag a later commit added) and the timings."""
     if isinstance(x, dict) and isinstance(y, dict):
         skip = CHECKPOINT_SKIP if not where else set()
         keys, other = set(x) - skip, set(y) - skip
@@ -105,9 +105,8 @@ def compare(a: Path, b: Path) -> str:
             return f"differs: {tag} at step {xa[i]:.0f}: {float(ya[i])!r} vs {float(yb[i])!r}"
         points += len(xa)
     ea, eb = (json.loads((d / "eval_results.json").read_text()) for d in (a, b))
-    for key in ("global_step",):
-        if ea[key] != eb[key]:
-            return f"differs: {key} {ea[key]} vs {eb[key]}"
+    if ea["global_step"] != eb["global_step"]:
+        return f"differs: global_step {ea['global_step']} vs {eb['global_step']}"
     for key in ("returns", "lengths"):
         if ea["eval"][key] != eb["eval"][key]:
             return f"differs: evaluation {key} {ea['eval'][key]} vs {eb['eval'][key]}"
