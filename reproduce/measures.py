@@ -159,9 +159,7 @@ def divergence_trends(data, games) -> dict:
                 tag = divergence_tag(r)
                 if tag is None:
                     continue
-                steps, values = r.scalars[tag]
-                order = np.argsort(steps, kind="stable")
-                steps, values = steps[order], values[order]
+                steps, values = r.scalars[tag]  # sorted by step (events.py)
                 early, late = tenth_means(steps, values, r.total_steps)
                 out.setdefault((game, lb), {})[seed] = Trend(tag, len(values), float(values[0]), early, late,
                                                              rank_correlation(steps, values))

@@ -482,12 +482,12 @@ def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
              per_seed(by_seed, lambda v: v.late), per_seed(by_seed, lambda v: v.rho, "{:+.2f}")]
             for (g, lb), by_seed in trends.items()]
     md = [f"## Divergence over training{f.at}", "",
-          "The paper (Section 4.1, Figure 1): the divergence \"typically starts high due to random exploration and rapid "
-          "initial learning, then monotonically decreases as the agent stabilizes\". Per run that logged one (ABS's "
-          "own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it trained: its "
-          "first measurement, its mean over the first and the last tenth of those steps, and Spearman's rank "
-          "correlation ρ of the measurements with their steps (−1: each below the one before; negative: it mostly "
-          "falls). –: no value (no measurement in that tenth; for ρ, fewer than 3 measurements or all equal).", "",
+          "The paper (Section 4.1, Figure 1): the divergence \"typically starts high due to random exploration and "
+          "rapid initial learning, then monotonically decreases as the agent stabilizes\". Per run that logged one "
+          "(ABS's own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it "
+          "trained: its first measurement, its mean over the first and the last tenth of those steps, and Spearman's "
+          "rank correlation ρ of the measurements with their steps (−1: each below the one before; negative: it "
+          "mostly falls). –: no value (no measurement in that tenth; for ρ, fewer than 3 measurements or all equal).", "",
           md_table(["game", "label", "divergence", "measurements (seed: n)", "first (seed: value)",
                     "mean, first tenth (seed: value)", "mean, last tenth (seed: value)", "ρ with step (seed: ρ)"],
                    rows), ""]

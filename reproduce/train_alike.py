@@ -185,7 +185,8 @@ def main(argv=None) -> int:
         dirs = []
         for i, (c, sha) in enumerate(zip(a.commits, a.shas)):
             # by position: the same commit may be given twice (is its training deterministic?)
-            tree, out = work / f"{i + 1}-{sha}" / "tree", work / f"{i + 1}-{sha}" / "runs"
+            commit_dir = work / f"{i + 1}-{sha}"
+            tree, out = commit_dir / "tree", commit_dir / "runs"
             tree.mkdir(parents=True)
             out.mkdir()
             archive = subprocess.run(["git", "-C", str(a.repo), "archive", sha], capture_output=True, check=True)

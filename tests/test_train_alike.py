@@ -140,7 +140,8 @@ def test_checkpoint_difference_names_the_first_place():
                                                             perf={"env": 2.0}, train_seconds=4.0)) is None
     assert train_alike.checkpoint_difference(ca, checkpoint(q_network={"w": torch.tensor([0.0, 1, 2, 3.5])})) \
         == "/q_network/w"
-    assert train_alike.checkpoint_difference(ca, checkpoint(q_network={"w": torch.arange(4)})) == "/q_network/w"  # dtype
+    other_dtype = checkpoint(q_network={"w": torch.arange(4)})  # the same numbers as integers
+    assert train_alike.checkpoint_difference(ca, other_dtype) == "/q_network/w"
     assert train_alike.checkpoint_difference(ca, checkpoint(scheduler={"L": 16.25, "window": [0.5, 0.1]})) \
         == "/scheduler/window[1]"
     assert train_alike.checkpoint_difference(ca, checkpoint(rng={"python": (3, (1, 3), None)})) == "/rng/python[1][1]"
