@@ -487,7 +487,8 @@ def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
           "(ABS's own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it "
           "trained: its first measurement, its mean over the first and the last tenth of those steps, and Spearman's "
           "rank correlation ρ of the measurements with their steps (−1: each below the one before; negative: it "
-          "mostly falls). –: no value (no measurement in that tenth; for ρ, fewer than 3 measurements or all equal).", "",
+          "mostly falls). –: no value (no measurement in that tenth; for ρ, fewer than 3 measurements or all "
+          "equal).", "",
           md_table(["game", "label", "divergence", "measurements (seed: n)", "first (seed: value)",
                     "mean, first tenth (seed: value)", "mean, last tenth (seed: value)", "ρ with step (seed: ρ)"],
                    rows), ""]
