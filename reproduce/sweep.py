@@ -5,6 +5,7 @@
                                   [--workers N] [--slurm --partition P ...] [--dry-run]
     python reproduce/sweep.py status atari10-batches [--scale 0.001]
     python reproduce/sweep.py report atari10-batches [--scale 0.001] [--out DIR] [--reference LABEL]
+    python reproduce/sweep.py publish atari10-batches --out results/NAME [--scale 0.001] [--games ...]
 
 The experiments are data: reproduce/experiments.toml (and --config FILE for your own), read, checked and
 expanded into runs by experiments.py, which also gives each run its directory, log and command. The root is
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import math
 import os
 import queue
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,7 +173,8 @@ def _runs(args, discover: bool = False) -> list[Run]:
     select = dict(games=args.games, seeds=args.seeds, labels=args.labels)
     if not discover:
         return expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale,
-                      extra_args=args.extra_flags, checkpoint_every=args.checkpoint_every)
+                      extra_args=getattr(args, "extra_flags", ()),
+                      checkpoint_every=getattr(args, "checkpoint_every", None))
     runs = expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale)
     known = {(r.label, r.env_id, r.seed) for r in runs}
     for label, label_dir in sorted({(r.label, r.label_dir) for r in runs}):
@@ -302,6 +306,39 @@ def cmd_report(args) -> int:
     return subprocess.call(cmd)
 
 
+# A published run keeps its records and nothing that only a resume needs: the checkpoint (and any other .pt), the lock.
+PUBLISHED = ("eval_results*.json", "events.out.tfevents.*")
+
+
+def cmd_publish(args) -> int:
+    """Copy the selected runs that are done into OUT/runs/EXPERIMENT/LABEL/ (each run's results, event files and log;
+    no checkpoints), then write their report in OUT from those copies, as `report --root OUT/runs` would."""
+    runs = _runs(args)
+    done, not_done = [r for r in runs if r.done()], [r for r in runs if not r.done()]
+    if not done:
+        raise SweepError(f"no finished run of {args.experiment} with {runs[0].total_timesteps:,} steps among the "
+                         f"{len(runs)} selected under {Path(args.root).resolve()}")
+    out = Path(args.out)
+    dest_root = out / "runs"
+    for r in done:
+        dest = dest_root / r.experiment / r.label / r.name
+        if dest.exists():  # published before: replaced whole, so that no stale event file stays beside the new ones
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        files = sorted({f for pattern in PUBLISHED for f in r.dir.glob(pattern) if f.is_file()})
+        for f in files:
+            shutil.copy2(f, dest / f.name)
+        if r.log.is_file():
+            (dest.parent / "logs").mkdir(exist_ok=True)
+            shutil.copy2(r.log, dest.parent / "logs" / r.log.name)
+        print(f"published {r.label}/{r.name}: {len(files)} file(s)" + ("" if r.log.is_file() else ", no log"))
+    for r in not_done:  # a run published before (from another root, e.g. an earlier machine) stays as it is
+        kept = dataclasses.replace(r, label_dir=dest_root / r.experiment / r.label).done()
+        print(f"{'kept, published before' if kept else 'not published (not done)'}: {r.label}/{r.name}")
+    args.root, args.out = str(dest_root), str(out)
+    return cmd_report(args)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors (an unknown option, a value of the wrong type) on one line of stderr, exit 2."""
 
@@ -381,6 +418,11 @@ def parse_args(argv=None):
     rep.add_argument("--benchmark", help="default: the experiment's")
     rep.add_argument("--reference", help="compare this label with every other (default: the experiment's "
                      "reference and comparisons)")
+    pub = sub.add_parser("publish", parents=[common], help="copy the finished runs (no checkpoints) to OUT/runs and "
+                         "write their report in OUT")
+    pub.add_argument("--out", required=True, help="e.g. results/NAME (runs go to OUT/runs/EXPERIMENT/LABEL/)")
+    pub.add_argument("--benchmark", help="default: the experiment's")
+    pub.add_argument("--reference", help="as for report")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--extra-args" in argv[:-1]:  # let its value start with "-": --extra-args "--no-cuda"
         i = argv.index("--extra-args")
@@ -395,7 +437,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     try:
         args = parse_args(argv)
-        return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "status": cmd_status, "report": cmd_report,
+                "publish": cmd_publish}[args.command](args)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -461,6 +461,48 @@ def test_report_keeps_the_experiments_length_and_leaves_other_lengths_out(tiny, 
     assert "1 run(s) of another length: use the --scale they were run with" in out.stderr
 
 
+def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_report(tiny, tmp_path, monkeypatch):
+    """`publish` copies each finished run's results, event files and log (never a checkpoint, model or lock) to
+    OUT/runs, leaves unfinished runs out with a line each, keeps runs published before from another root, and writes
+    the report that `report --root OUT/runs` writes."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    opts, exp_dir = tiny
+    assert sweep_cli("run", "tiny", *opts, "--seeds", "1").returncode == 0
+    run = exp_dir / "A" / "Pong-v5__1"
+    with SummaryWriter(str(run)) as w:
+        w.add_scalar("charts/episodic_return", 1.0, 500)
+    for name in ("checkpoint.pt", "model.pt", ".lock", "eval_results_at_500.json", "notes.txt"):
+        (run / name).write_text("{}")
+    monkeypatch.chdir(tmp_path)  # a relative --out, as results/NAME from the repository root
+    out = sweep_cli("publish", "tiny", *opts, "--out", "pub", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "published A/Pong-v5__1: 3 file(s)" in lines and "published B/Pong-v5__1: 1 file(s)" in lines
+    assert "not published (not done): A/Pong-v5__2" in lines and "not published (not done): B/Pong-v5__2" in lines
+    pub = tmp_path / "pub" / "runs" / "tiny"
+    assert sorted(p.name for p in (pub / "A" / "Pong-v5__1").iterdir()) == sorted(
+        ["eval_results.json", "eval_results_at_500.json"] + [p.name for p in run.glob("events.out.tfevents.*")])
+    assert (pub / "A" / "logs" / "Pong-v5__1.log").read_text() == (exp_dir / "A" / "logs" / "Pong-v5__1.log").read_text()
+    assert not list((tmp_path / "pub").rglob("*.pt")) and not list((tmp_path / "pub").rglob(".lock"))
+    report = (tmp_path / "pub" / "report.md").read_text()
+    again = sweep_cli("report", "tiny", "--config", opts[1], "--root", "pub/runs", "--out", "again", timeout=300)
+    assert again.returncode == 0 and (tmp_path / "again" / "report.md").read_text() == report, again.stderr
+    assert "| A | `pub/runs/tiny/A` |" in report  # named relatively, the same on every clone
+    # Seed 2 finishes on another machine (another root): publishing it keeps seed 1, published before.
+    other = ["--config", opts[1], "--root", str(tmp_path / "elsewhere")]
+    assert sweep_cli("run", "tiny", *other, "--seeds", "2").returncode == 0
+    out = sweep_cli("publish", "tiny", *other, "--out", "pub", timeout=300)
+    assert out.returncode == 0 and "kept, published before: A/Pong-v5__1" in out.stdout, out.stdout + out.stderr
+    assert "published A/Pong-v5__2: 1 file(s)" in out.stdout
+    data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
+    assert "| A |" in data and "Pong: 2 |" in data
+    assert (pub / "A" / "Pong-v5__1" / "eval_results_at_500.json").exists()
+    bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: no finished run of tiny") and not (tmp_path / "x").exists()
+    assert "--out" in sweep_cli("publish", "tiny", *opts).stderr  # required
+
+
 def test_builtin_references_and_comparisons():
     games, exps = experiments.load_config()
     refs = {name: experiments.reference_and_comparisons(name, exp) for name, exp in exps.items()}
