@@ -320,6 +320,8 @@ def cmd_publish(args) -> int:
                          f"{len(runs)} selected under {Path(args.root).resolve()}")
     out = Path(args.out)
     dest_root = out / "runs"
+    if dest_root.resolve() == Path(args.root).resolve():
+        raise SweepError(f"--out {args.out}: its runs/ is the --root itself; publish to another directory")
     for r in done:
         dest = dest_root / r.experiment / r.label / r.name
         if dest.exists():  # published before: replaced whole, so that no stale event file stays beside the new ones

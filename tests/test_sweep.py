@@ -501,6 +501,9 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
     assert bad.returncode == 2 and bad.stderr.startswith("error: no finished run of tiny") and not (tmp_path / "x").exists()
     assert "--out" in sweep_cli("publish", "tiny", *opts).stderr  # required
+    same = sweep_cli("publish", "tiny", "--config", opts[1], "--root", "pub/runs", "--out", "pub")
+    assert same.returncode == 2 and "its runs/ is the --root itself" in same.stderr
+    assert (pub / "A" / "Pong-v5__1" / "eval_results.json").exists()  # nothing removed
 
 
 def test_builtin_references_and_comparisons():
