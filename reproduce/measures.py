@@ -166,6 +166,29 @@ def divergence_trends(data, games) -> dict:
     return out
 
 
+class TrendCount(NamedTuple):
+    """A label's runs in divergence_trends, counted: the paper's Figure 1 claim as a tally."""
+    lower: int  # runs whose mean over the last tenth is below the first tenth's
+    both: int  # runs with a mean in both tenths
+    falling: int  # runs with rho < 0
+    ranked: int  # runs with a rho (3 or more measurements, not all equal)
+    median_rho: float  # over the ranked runs (NaN: none)
+
+
+def trend_counts(trends: dict, labels) -> dict:
+    """label -> TrendCount over its runs of every game in `trends` (divergence_trends); labels without one are left
+    out."""
+    out = {}
+    for lb in labels:
+        runs = [v for (_, label), by_seed in trends.items() if label == lb for v in by_seed.values()]
+        if runs:
+            both = [v for v in runs if np.isfinite(v.early) and np.isfinite(v.late)]
+            rhos = [v.rho for v in runs if np.isfinite(v.rho)]
+            out[lb] = TrendCount(sum(v.late < v.early for v in both), len(both), sum(r < 0 for r in rhos), len(rhos),
+                                 float(np.median(rhos)) if rhos else float("nan"))
+    return out
+
+
 def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:
     """The Atari runs (games in table) with evaluation episodes cut at the step cap (eval.capped > 0), whose returns
     are those of games cut short, and the games where every episode of every run was cut. (A MuJoCo episode capped

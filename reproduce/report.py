@@ -34,7 +34,7 @@ from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
                       divergence_trends, early_late, final_training_return, hns_values, improvement_rates,
-                      machine_time, normalized, not_reached, per_seed)
+                      machine_time, normalized, not_reached, per_seed, trend_counts)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
@@ -89,7 +89,8 @@ def write_report(data, games, notes, args, table) -> Path:
     early_hns = hns_values(early, table)
     md += early_late_section(f, early, late, area, *burn, not_reached(data, games),
                              (early_hns, *aggregate_values(by_label(early_hns, games), args.reps, args.seed), table))
-    md += divergence_trend_section(f, divergence_trends(data, games))
+    trends = divergence_trends(data, games)
+    md += divergence_trend_section(f, trends, trend_counts(trends, f.labels))
     md += improvement_section(rates, games, ref, skipped, f.at)
     md += machine_time_section(machine_time(data, games))
     md += figures_section(data, games, agg, rates, out, args.bins, burn[0])

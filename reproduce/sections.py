@@ -467,10 +467,10 @@ def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:
     return md + (["Games left out:", *excluded, ""] if excluded else ["No game left out.", ""])
 
 
-def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
+def divergence_trend_section(f: Frame, trends: dict, counts: dict) -> list[str]:
     """The paper's Figure 1 claim per run that logged a divergence (measures.divergence_trends): where it starts,
     its mean over the first and the last tenth of the run's steps, and Spearman's rank correlation with the step;
-    per label, in how many runs it fell."""
+    per label, in how many runs it fell (measures.trend_counts)."""
     if not trends:
         return []
 
@@ -492,15 +492,9 @@ def divergence_trend_section(f: Frame, trends: dict) -> list[str]:
           md_table(["game", "label", "divergence", "measurements (seed: n)", "first (seed: value)",
                     "mean, first tenth (seed: value)", "mean, last tenth (seed: value)", "ρ with step (seed: ρ)"],
                    rows), ""]
-    for lb in f.labels:
-        runs = [v for (g, label), by_seed in trends.items() if label == lb for v in by_seed.values()]
-        if not runs:
-            continue
-        both = [v for v in runs if np.isfinite(v.early) and np.isfinite(v.late)]
-        rhos = [v.rho for v in runs if np.isfinite(v.rho)]
-        md.append(f"- {lb}: lower in the last tenth than in the first in {sum(v.late < v.early for v in both)} of "
-                  f"{len(both)} runs; ρ < 0 in {sum(r < 0 for r in rhos)} of {len(rhos)}"
-                  + (f" (median ρ {np.median(rhos):+.2f})." if rhos else "."))
+    for lb, c in counts.items():
+        md.append(f"- {lb}: lower in the last tenth than in the first in {c.lower} of {c.both} runs; ρ < 0 in "
+                  f"{c.falling} of {c.ranked}" + (f" (median ρ {c.median_rho:+.2f})." if c.ranked else "."))
     return md + [""]
 
 

@@ -321,6 +321,8 @@ def test_divergence_trend_section_from_event_files(tmp_path):
     # rho of the alternating KL: ranks 5.5, 2, 5.5, 2, 5.5, 2, 5.5 (ties averaged) against 1..7; their deviations
     # 1.5, -2, 1.5, -2, 1.5, -2, 1.5 times -3..3 sum to 0: no trend, exactly
     assert got[("Hopper", "PPO")][1].rho == 0.0
+    # ABS: seed 1 lower at the end (0.02 < 0.09), seed 2 not; rho -1 and +1, median 0
+    assert measures.trend_counts(got, ["ABS", "PPO", "none"]) == {"ABS": (1, 2, 1, 2, 0.0), "PPO": (0, 1, 0, 1, 0.0)}
     assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
                         "--reps", "20"]) == 0
     md = section((tmp_path / "o" / "report.md").read_text(), "Divergence over training")
