@@ -2,9 +2,12 @@
 the current abs_pqn_atari.py and abs_utils.py, one only re-commented), the first differing number of two runs is
 named, and bad input is one line, exit 2."""
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +74,26 @@ def test_a_failed_run_is_exit_3_with_its_log_kept(commits, tmp_path):
     log = Path(res.stderr.split("(log: ")[1].split(")")[0])
     assert log.is_file() and log.name == "vanilla.log"  # kept for reading, with the temporary directory
     shutil.rmtree(log.parents[2])
+
+
+def test_sigterm_stops_the_run_in_progress_and_removes_the_temporary_copies(commits, tmp_path):
+    """A SIGTERM while a run trains: exit 143, the training subprocess killed, and nothing left in the temporary
+    directory (each commit's copy is tens of MB)."""
+    repo, c = commits
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([sys.executable, str(TOOL), c["base"], c["comment"], "--cases", "vanilla", "--steps", "100000",
+                          "--repo", str(repo)], stdout=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
+    assert p.stdout.readline().startswith("training vanilla at ")
+    log = next(tmp.glob("train_alike_*/1-*/runs")) / "vanilla.log"
+    deadline = time.time() + 120
+    while "step" not in (log.read_text() if log.exists() else "") and time.time() < deadline:  # training has begun
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 143
+    assert list(tmp.glob("train_alike_*")) == []  # (torch keeps its own cache beside it)
+    ps = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True, text=True)
+    assert ps.stdout == "", ps.stdout  # no training process left behind
 
 
 def write_run(run_dir: Path, losses, returns, tags=("losses/td_loss",)):
