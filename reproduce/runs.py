@@ -94,10 +94,16 @@ class Run:
         return stop if not self.complete and is_int(stop) else self.total_steps
 
 
+# --divergence of the PPO scripts -> the tag its schedule ran on. Each logs two divergences in either mode: MuJoCo the
+# KL and 1 - ESS/n (adapt/divergence_ess), Atari the KL and the greedy-action change (adapt/divergence).
+SCHEDULED_ON = {"kl": ("adapt/kl",), "ess": ("adapt/divergence_ess",), "greedy": ("adapt/divergence",)}
+
+
 def divergence_tags(args: dict) -> tuple[str, ...]:
-    """The divergence tags a run's figure shows: the one its schedule used. PPO logs the KL and 1 - ESS/n in either
-    mode; with --divergence ess its schedule ran on adapt/divergence_ess, otherwise on the KL (PQN/BTR: their own)."""
-    return ("adapt/divergence_ess",) if args.get("divergence") == "ess" else DIVERGENCE_TAGS[:2]
+    """The divergence tags a run's figures and trends show: the one its schedule used (a fixed-batch run with
+    --track-divergence: the one it would have used), by its --divergence; a script without the flag (PQN, BTR) or a
+    run whose args predate it logs one of adapt/divergence and adapt/kl."""
+    return SCHEDULED_ON.get(args.get("divergence"), DIVERGENCE_TAGS[:2])
 
 
 class Malformed(ValueError):

@@ -763,12 +763,39 @@ def test_adapt_figure_shows_the_divergence_each_ppo_run_scheduled_on(tmp_path):
             res["args"]["divergence"] = divergence
         (run_dir / "eval_results.json").write_text(json.dumps(res))
     assert runs.read_run("ESS", tmp_path / "ESS" / "a").divergence_tags == ("adapt/divergence_ess",)
+    assert runs.divergence_tags({"divergence": "kl"}) == ("adapt/kl",)
     assert report.main(["--runs", *(f"{lb}={tmp_path / lb}" for lb in ("KL", "ESS", "OLD")), "--out",
                         str(tmp_path / "out"), "--reps", "20", "--benchmark", "mujoco"]) == 0
     with open(tmp_path / "out" / "adapt.csv") as f:
         drawn = {(r["tag"], r["label"]) for r in csv.DictReader(f)}
     assert drawn == {("adapt/kl", "KL"), ("adapt/kl", "OLD"), ("adapt/divergence_ess", "ESS"),
                      *(("adapt/num_steps", lb) for lb in ("KL", "ESS", "OLD"))}
+
+
+def test_ppo_atari_runs_show_the_divergence_their_schedule_used(tmp_path):
+    """abs_ppo_atari.py logs the KL and the greedy-action change (adapt/divergence) in either mode: a --divergence kl
+    run (and a fixed-L run tracking it) is drawn and trended on its KL, a --divergence greedy run on the greedy change,
+    though both tags are in every run's events. Here the KL falls and the greedy change rises."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for label, divergence, adapt in (("KL", "kl", True), ("GREEDY", "greedy", True), ("PPO", "kl", False)):
+        run_dir = tmp_path / label / "a"
+        write_run(run_dir, "Breakout-v5", 1, 10.0, lambda s: s / 100, total=1000)
+        w = SummaryWriter(log_dir=str(run_dir))
+        for i, step in enumerate(range(100, 1001, 100)):
+            w.add_scalar("adapt/kl", 0.01 - 0.001 * i, step)
+            w.add_scalar("adapt/divergence", 0.001 * (i + 1), step)
+            w.add_scalar("adapt/num_steps", 128, step)
+        w.close()
+        res = json.loads((run_dir / "eval_results.json").read_text())
+        res["args"].update({"divergence": divergence, "adapt": adapt, "window": 10})
+        (run_dir / "eval_results.json").write_text(json.dumps(res))
+    assert runs.read_run("GREEDY", tmp_path / "GREEDY" / "a").divergence_tags == ("adapt/divergence",)
+    data, games, _ = report.collect({lb: tmp_path / lb for lb in ("KL", "GREEDY", "PPO")}, None, {})
+    trends = measures.divergence_trends(data, games)
+    assert {lb: (v[1].tag, v[1].rho) for (_, lb), v in trends.items()} == {
+        "KL": ("adapt/kl", pytest.approx(-1.0)), "GREEDY": ("adapt/divergence", pytest.approx(1.0)),
+        "PPO": ("adapt/kl", pytest.approx(-1.0))}
 
 
 def test_compare_pairs_and_mixed_lengths(tmp_path):
