@@ -474,7 +474,7 @@ def divergence_trend_section(f: Frame, trends: dict, counts: dict) -> list[str]:
     if not trends:
         return []
 
-    def per_seed(by_seed, value, form="{:.3f}"):
+    def per_seed(by_seed, value, form="{:#.3g}"):
         return ", ".join(f"{s}: {'–' if not np.isfinite(value(v)) else form.format(value(v))}"
                          for s, v in by_seed.items())
     rows = [[g, lb, ", ".join(sorted({v.tag for v in by_seed.values()})), per_seed(by_seed, lambda v: v.n, "{:d}"),
@@ -485,7 +485,8 @@ def divergence_trend_section(f: Frame, trends: dict, counts: dict) -> list[str]:
           "The paper (Section 4.1, Figure 1): the divergence \"typically starts high due to random exploration and "
           "rapid initial learning, then monotonically decreases as the agent stabilizes\". Per run that logged one "
           "(ABS's own, or measured and not used by a fixed-batch run, `--track-divergence`), over the steps it "
-          "trained: its first measurement, its mean over the first and the last tenth of those steps, and Spearman's "
+          "trained: its first measurement, its mean over the first and the last tenth of those steps (3 significant "
+          "digits), and Spearman's "
           "rank correlation ρ of the measurements with their steps (−1: each below the one before; negative: it "
           "mostly falls). –: no value (no measurement in that tenth; for ρ, fewer than 3 measurements or all "
           "equal).", "",

@@ -326,8 +326,8 @@ def test_divergence_trend_section_from_event_files(tmp_path):
     assert report.main(["--runs", f"ABS={tmp_path / 'ABS'}", f"PPO={tmp_path / 'PPO'}", "--out", str(tmp_path / "o"),
                         "--reps", "20"]) == 0
     md = section((tmp_path / "o" / "report.md").read_text(), "Divergence over training")
-    assert row_of(md, "Hopper", "ABS")[2:] == ["adapt/kl", "1: 7, 2: 7", "1: 0.090, 2: 0.010", "1: 0.090, 2: 0.010",
-                                               "1: 0.020, 2: 0.070", "1: -1.00, 2: +1.00"]
+    assert row_of(md, "Hopper", "ABS")[2:] == ["adapt/kl", "1: 7, 2: 7", "1: 0.0900, 2: 0.0100", "1: 0.0900, 2: 0.0100",
+                                               "1: 0.0200, 2: 0.0700", "1: -1.00, 2: +1.00"]
     assert "- ABS: lower in the last tenth than in the first in 1 of 2 runs; ρ < 0 in 1 of 2 (median ρ +0.00)." in md
     assert "- PPO: lower in the last tenth than in the first in 0 of 1 runs; ρ < 0 in 0 of 1 (median ρ +0.00)." in md
 
