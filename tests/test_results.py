@@ -32,8 +32,9 @@ class Grid:
 
 GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 15e6),
          "mujoco-5m": Grid("mujoco", (), TASKS, SEEDS, LABELS, 60e6),
-         "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"), ("Breakout-v5",),
-                                 (1,), ("PPO", "PPO+ABS"), 6e6)}
+         "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
+                                 ("Breakout-v5", "Qbert-v5"),
+                                 (1,), ("PPO", "PPO+ABS"), 8e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
@@ -193,22 +194,31 @@ def test_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid, n
 
 
 def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
-    """docs/ppo-atari.md's learning-check table and trend line are the regenerated report's numbers."""
+    """docs/ppo-atari.md's learning-check table and KL trend are the regenerated report's numbers, for each game."""
     md = (regenerated("ppo-atari-check") / "report.md").read_text()
-    page = (ROOT / "docs" / "ppo-atari.md").read_text().split("## Learning check")[1].split("\n## ")[0]
+    page = " ".join((ROOT / "docs" / "ppo-atari.md").read_text().split("## Learning check")[1].split("\n## ")[0]
+                    .split())
 
-    def seed1(section, label, col=3):
-        row = next(ln for ln in md.split(section)[1].splitlines() if ln.startswith(f"| Breakout | {label} |"))
-        return row.split(" | ")[col - 1].removeprefix("1: ")
-    times = {ln.split(" | ")[0][2:]: ln.split(" | ") for ln in md.split("## Machine time")[1].splitlines()
-             if ln.startswith("| PPO")}
+    def seed1(section, game, label, col=3):
+        row = next(ln for ln in md.split(section)[1].splitlines() if ln.startswith(f"| {game} | {label} |"))
+        return row.split(" | ")[col - 1].removeprefix("1: ").rstrip(" |")
+    for game in (g.split("-v")[0] for g in GRIDS["ppo-atari-check"].games):
+        for label in ("PPO", "PPO+ABS"):
+            cells = [seed1(section, game, label) for section in ("## Per-game evaluation return",
+                     "## Final training return", "### Early return\n", "### Whole-run return")]
+            assert f"| {game} | {label} | " + " | ".join(cells) + " |" in page, cells
+        trend = {lb: [seed1("## Divergence over training", game, lb, col) for col in (5, 6, 7, 8)]
+                 for lb in ("PPO+ABS", "PPO")}
+        (a0, a1, a2, a_rho), (p0, p1, p2, p_rho) = trend["PPO+ABS"], trend["PPO"]
+        said = (f"{game}: the first measurement {a0} (PPO+ABS) and {p0} (PPO), the mean over the first tenth of the "
+                f"steps {a1} and {p1}, over the last tenth {a2} and {p2}, Spearman's rho with the step {a_rho} and "
+                f"{p_rho}")
+        assert said in page, said
     for label in ("PPO", "PPO+ABS"):
-        cells = [seed1("## Per-game evaluation return", label), seed1("## Final training return", label),
-                 seed1("### Early return\n", label), seed1("### Whole-run return", label),
-                 f"{times[label][2]} ({times[label][4]})"]
-        assert f"| Breakout | {label} | " + " | ".join(cells) + " |" in page, cells
-    rho = {lb: seed1("## Divergence over training", lb, 8).rstrip(" |") for lb in ("PPO+ABS", "PPO")}
-    assert f"rho with the step {rho['PPO+ABS']} and {rho['PPO']}" in " ".join(page.split()), rho
+        time = next(ln for ln in md.split("## Machine time")[1].splitlines() if ln.startswith(f"| {label} |"))
+        runs, hours, per_run, sps = time.split(" | ")[1:5]
+        said = f"{label} {hours} hours for its {runs} runs ({per_run} per run, {sps} steps/s)"
+        assert said in page, said
 
 
 # The study of --divergence ess (README "Beyond the paper"): its own runs, and the command that wrote study.md.
