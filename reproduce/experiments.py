@@ -3,7 +3,8 @@ checking it, expanding an experiment into its runs, and one run's directory, fil
 
 Every run has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --output-dir and --run-name)
 and the log <root>/<experiment>/<label>/logs/<game>__<seed>.log, to which every attempt appends its output between
-a "[sweep] ... start: <command>" and a "[sweep] ... exit N" line (execute).
+a "[sweep] ... start: <command>" line, followed by "[sweep] source: commit <sha>" (the code it ran from), and a
+"[sweep] ... exit N" line (execute).
 """
 from __future__ import annotations
 
@@ -371,6 +372,21 @@ def now() -> str:
     return datetime.datetime.now().isoformat(timespec="seconds")
 
 
+def source_version(repo: Path = REPO) -> str:
+    """The commit the scripts run from, for each run's log: runs of one grid made at different commits can then be
+    checked to train alike (reproduce/train_alike.py)."""
+    def git(*argv):
+        return subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, text=True, timeout=60)
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return "unknown (not a git checkout)"
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({type(e).__name__})"
+    return f"commit {head.stdout.strip()}" + (" with uncommitted changes to tracked files" if dirty else "")
+
+
 def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, on_start=None) -> int | None:
     """Run one script to its end, appending its output to run.log; None when it was already done."""
     if run.done():
@@ -382,6 +398,7 @@ def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, 
     run.log.parent.mkdir(parents=True, exist_ok=True)
     with open(run.log, "a") as log:
         log.write(f"[sweep] {now()} start on {socket.gethostname()}: {shlex.join(cmd)}\n")
+        log.write(f"[sweep] source: {source_version()}\n")
         log.flush()
         proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, **(popen_kwargs or {}))

@@ -250,6 +250,8 @@ def test_local_sweep_idempotent_rerun_failure_resume(tiny):
     spans = sorted((r["start"], r["end"]) for r in results.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two workers never overlapped"
     assert (exp_dir / "A" / "logs" / "Pong-v5__1.log").exists()
+    log = (exp_dir / "A" / "logs" / "Pong-v5__1.log").read_text()
+    assert f"[sweep] source: {experiments.source_version()}\n" in log  # the commit it ran from, after its command
     # each finished run is listed with its own time and the time since the sweep started (which includes its wait)
     done = re.findall(r"^\[\d/4\] ok +\S+ Pong-v5__\d \(exit 0 after (\d+) s; (\d+) s since the sweep started\)$",
                       out.stdout, re.M)
@@ -313,6 +315,21 @@ def test_sigterm_to_local_sweep_checkpoints_and_rerun_resumes(tiny):
     for seed in (1, 2):
         res = json.loads((exp_dir / "A" / f"Pong-v5__{seed}" / "eval_results.json").read_text())
         assert res["resumed_from"].endswith(f"A/Pong-v5__{seed}/checkpoint.pt")
+
+
+def test_source_version_names_the_commit_and_uncommitted_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # a tmp_path inside a checkout is not one
+    assert experiments.source_version(tmp_path) == "unknown (not a git checkout)"
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "new.txt").write_text("untracked files are not the source\n")
+    assert experiments.source_version(tmp_path) == f"commit {sha}" and len(sha) == 40
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert experiments.source_version(tmp_path) == f"commit {sha} with uncommitted changes to tracked files"
 
 
 def test_state_from_log(tmp_path):
