@@ -34,7 +34,9 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
          "mujoco-5m": Grid("mujoco", (), TASKS, SEEDS, LABELS, 60e6),
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
-                                 (1,), ("PPO", "PPO+ABS"), 8e6)}
+                                 (1,), ("PPO", "PPO+ABS"), 8e6),
+         # in progress: the runs published so far (results/atari10-early/README.md)
+         "atari10-early": Grid("atari10-early", ("--labels", "ABS"), ("BattleZone-v5",), (1,), ("ABS",), 20e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
@@ -186,11 +188,16 @@ def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerat
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-@pytest.mark.parametrize("name", FIGURE_DATA)
-def test_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid, name):
-    with open(ROOT / "results" / grid / name) as a, open(regenerated(grid) / name) as b:
-        assert list(csv.reader(a)) == list(csv.reader(b)), name
-    assert (ROOT / "results" / grid / name.replace(".csv", ".png")).is_file()
+def test_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid):
+    """Every figure's CSV the report writes is committed, equal, beside its figure; none is committed that it does not
+    write (a figure left from an earlier report)."""
+    fresh = sorted(p.name for p in regenerated(grid).glob("*.csv"))
+    assert fresh == sorted(p.name for p in (ROOT / "results" / grid).glob("*.csv"))
+    assert set(FIGURE_DATA[:3]) <= set(fresh)  # at least the learning curves and ABS's divergence and L
+    for name in fresh:
+        with open(ROOT / "results" / grid / name) as a, open(regenerated(grid) / name) as b:
+            assert list(csv.reader(a)) == list(csv.reader(b)), name
+        assert (ROOT / "results" / grid / name.replace(".csv", ".png")).is_file()
 
 
 def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
