@@ -312,7 +312,8 @@ PUBLISHED = ("eval_results*.json", "events.out.tfevents.*")
 
 def cmd_publish(args) -> int:
     """Copy the selected runs that are done into OUT/runs/EXPERIMENT/LABEL/ (each run's results, event files and log;
-    no checkpoints), then write their report in OUT from those copies, as `report --root OUT/runs` would."""
+    no checkpoints), then write the report of every run published there in OUT, as `report --root OUT/runs` with
+    their labels, games and seeds would."""
     runs = _runs(args)
     done, not_done = [r for r in runs if r.done()], [r for r in runs if not r.done()]
     if not done:
@@ -337,7 +338,14 @@ def cmd_publish(args) -> int:
     for r in not_done:  # a run published before (from another root, e.g. an earlier machine) stays as it is
         kept = dataclasses.replace(r, label_dir=dest_root / r.experiment / r.label).done()
         print(f"{'kept, published before' if kept else 'not published (not done)'}: {r.label}/{r.name}")
+    # the report covers every run published to OUT so far (every label, game and seed there, not only this
+    # selection), so that a grid published a game or a label at a time always has the report of all of it
     args.root, args.out = str(dest_root), str(out)
+    args.games = args.seeds = args.labels = None
+    published = [r for r in _runs(args, discover=True) if r.done()]
+    labels = {r.label for r in published}
+    args.labels = [lb for lb in load_config(args.config)[1][args.experiment]["labels"] if lb in labels]
+    args.games, args.seeds = sorted({r.env_id for r in published}), sorted({r.seed for r in published})
     return cmd_report(args)
 
 

@@ -481,7 +481,7 @@ def test_report_keeps_the_experiments_length_and_leaves_other_lengths_out(tiny, 
 def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_report(tiny, tmp_path, monkeypatch):
     """`publish` copies each finished run's results, event files and log (never a checkpoint, model or lock) to
     OUT/runs, leaves unfinished runs out with a line each, keeps runs published before from another root, and writes
-    the report that `report --root OUT/runs` writes."""
+    the report that `report --root OUT/runs` writes of every label, game and seed published there."""
     from torch.utils.tensorboard import SummaryWriter
 
     opts, exp_dir = tiny
@@ -503,7 +503,8 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     assert (pub / "A" / "logs" / "Pong-v5__1.log").read_text() == (exp_dir / "A" / "logs" / "Pong-v5__1.log").read_text()
     assert not list((tmp_path / "pub").rglob("*.pt")) and not list((tmp_path / "pub").rglob(".lock"))
     report = (tmp_path / "pub" / "report.md").read_text()
-    again = sweep_cli("report", "tiny", "--config", opts[1], "--root", "pub/runs", "--out", "again", timeout=300)
+    again = sweep_cli("report", "tiny", "--config", opts[1], "--root", "pub/runs", "--games", "Pong-v5", "--seeds", "1",
+                      "--out", "again", timeout=300)
     assert again.returncode == 0 and (tmp_path / "again" / "report.md").read_text() == report, again.stderr
     assert "| A | `pub/runs/tiny/A` |" in report  # named relatively, the same on every clone
     # Seed 2 finishes on another machine (another root): publishing it keeps seed 1, published before.
@@ -515,6 +516,14 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
     assert "| A |" in data and "Pong: 2 |" in data
     assert (pub / "A" / "Pong-v5__1" / "eval_results_at_500.json").exists()
+    # Publishing one label's run of one seed still writes the report of everything published: A's two seeds stay in it
+    third = ["--config", opts[1], "--root", str(tmp_path / "third")]
+    assert sweep_cli("run", "tiny", *third, "--seeds", "3", "--labels", "B").returncode == 0
+    out = sweep_cli("publish", "tiny", *third, "--seeds", "3", "--labels", "B", "--out", "pub", timeout=300)
+    assert out.returncode == 0 and "--labels" not in out.stdout, out.stdout + out.stderr
+    assert re.search(r"report\.py --runs A=\S+ B=\S+ .*--seeds 1 2 3", out.stdout), out.stdout
+    data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
+    assert "| A |" in data and "| B |" in data and "Pong: 2 |" in data and "Pong: 3 |" in data, data
     bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
     assert bad.returncode == 2 and bad.stderr.startswith("error: no finished run of tiny") and not (tmp_path / "x").exists()
     assert "--out" in sweep_cli("publish", "tiny", *opts).stderr  # required
