@@ -554,11 +554,11 @@ if __name__ == "__main__":
 
     if args.save_model:
         run.save_model({"agent": agent.state_dict()})
-    returns, lengths, capped = [], [], 0
+    returns, lengths, capped, action_counts = [], [], 0, None
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({'mode' if args.eval_greedy else 'sampled'} actions, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy,
-                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000,
-                                            device, args.eval_fire_after_life_loss)
-    run.finish(global_step, returns, lengths, capped)
+        returns, lengths, capped, action_counts = evaluate(
+            agent, args.env_id, args.eval_episodes, args.eval_greedy, args.eval_num_envs, args.eval_max_episode_steps,
+            args.seed + 10_000, device, args.eval_fire_after_life_loss)
+    run.finish(global_step, returns, lengths, capped, action_counts)

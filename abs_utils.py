@@ -8,7 +8,7 @@ lives), device, TensorBoard writer, per-phase timings and stop signals through t
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))  # run directory, seeds, device, wandb
     run.begin(global_step)  # after loading the script's state from `checkpoint`; writer, signals, clocks
     ...  # the loop: run.timed(phase), run.log, run.progress, run.checkpoint(global_step, steps, state)
-    run.end_training(); run.finish(global_step, returns, lengths, capped)  # eval_results.json
+    run.end_training(); run.finish(global_step, returns, lengths, capped, action_counts)  # eval_results.json
 
 docs/CONVENTIONS.md has the contract. A script copied to another folder takes this file along.
 """
@@ -391,12 +391,24 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
     return args, checkpoint
 
 
-def summarize_eval(returns, lengths, capped) -> dict:
+# An evaluation policy that chose one action on at least this share of its steps is reported as near-constant: its
+# score says which action that is more than how it plays (PQN's greedy policy early in training can be one action).
+NEAR_CONSTANT_SHARE = 0.9
+
+
+def summarize_eval(returns, lengths, capped, action_counts=None) -> dict:
     r = np.asarray(returns, dtype=np.float64)
     stats = ({"mean": r.mean(), "std": r.std(), "median": np.median(r), "min": r.min(), "max": r.max()} if len(r)
              else dict.fromkeys(("mean", "std", "median", "min", "max")))
+    counts = {} if action_counts is None else {"action_counts": [int(c) for c in action_counts]}
     return {"episodes": len(returns), "returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths],
-            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped)}
+            **{k: None if v is None else float(v) for k, v in stats.items()}, "capped": int(capped), **counts}
+
+
+def top_action(action_counts) -> tuple[int, float]:
+    """(the most frequent action, its share of the steps) of an evaluation's action_counts (ties: the lowest index)."""
+    counts = np.asarray(action_counts, dtype=np.int64)
+    return int(counts.argmax()), float(counts.max() / counts.sum())
 
 
 def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game's (envpool's) actions, or None
@@ -409,7 +421,10 @@ def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game
 
 
 def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], protocol: str = "quota"):
-    """(returns, lengths, capped) of `episodes` whole games on envpool Atari envs, act(obs) -> actions.
+    """(returns, lengths, capped, action_counts) of `episodes` whole games on envpool Atari envs, act(obs) -> actions.
+    action_counts[a]: the steps, over every env and every step played, on which the policy chose action a (an index of
+    envs.action_space, the game's minimal action set; before the FIRE below), to show a policy that barely depends on
+    what it sees.
     protocol "quota": each env plays a fixed quota, so that short games are not favoured; "first-finished": the first
     `episodes` games to end on any env, in the order they end (env index within a step), as the authors' PQN and GNS
     code counts them: an env with short games ends more of them, so short games are over-represented. With `fire`
@@ -424,10 +439,12 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
         raise ValueError(f"unknown evaluation protocol {protocol!r}")
     finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
     returns, lengths, capped = [], [], 0
+    action_counts = np.zeros(envs.action_space.n, dtype=np.int64)
     obs, info = envs.reset()
     lives = info["lives"]
     while len(returns) < episodes:
         actions = act(obs)
+        action_counts += np.bincount(actions, minlength=len(action_counts))
         if fire is not None:  # a life was lost in the last step (or the game ended: the reset ignores the action)
             actions = np.where(info["lives"] < lives, fire, actions)
         lives = info["lives"]
@@ -442,7 +459,7 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
         finished += ended
         ep_return[ended] = 0.0
     envs.close()
-    return returns, lengths, capped
+    return returns, lengths, capped, action_counts.tolist()
 
 
 def env_seed(seed: int, global_step: int) -> int:
@@ -640,9 +657,10 @@ class Run:
     def save_model(self, obj: dict) -> None:  # model.pt
         atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args)})
 
-    def finish(self, global_step: int, returns, lengths, capped: int) -> dict:
-        """Log the evaluation and write eval_results.json, whose existence marks the run as finished."""
-        summary = summarize_eval(returns, lengths, capped)
+    def finish(self, global_step: int, returns, lengths, capped: int, action_counts=None) -> dict:
+        """Log the evaluation and write eval_results.json, whose existence marks the run as finished. action_counts:
+        the evaluation policy's choices per action (Atari, play_atari_games), recorded and checked for one action."""
+        summary = summarize_eval(returns, lengths, capped, action_counts)
         if summary["episodes"]:
             self.writer.add_scalar("eval/mean_return", summary["mean"], global_step)
             self.writer.flush()  # before the result is written: a signal after it loses nothing
@@ -650,6 +668,11 @@ class Run:
                   f"({summary['capped']} hit the step cap)")
             if 2 * summary["capped"] > summary["episodes"]:
                 print("warning: most evaluation episodes hit the step cap; their returns are those of games cut short")
+            if action_counts is not None and sum(action_counts):
+                action, share = top_action(action_counts)
+                if share >= NEAR_CONSTANT_SHARE:
+                    print(f"warning: the evaluation policy chose action {action} on {share:.1%} of its steps "
+                          f"(eval.action_counts): a near-constant policy, whose score is that of one action")
         args, path = self.args, os.path.join(self.dir, "eval_results.json")
         with open(f"{path}.tmp", "w") as f:  # then renamed over it, like checkpoints: never a half-written file
             json.dump({"algo": self.script, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,

@@ -604,11 +604,12 @@ if __name__ == "__main__":
 
     if args.save_model:
         run.save_model({"q_network": q_network.state_dict()})
-    returns, lengths, capped = [], [], 0
+    returns, lengths, capped, action_counts = [], [], 0, None
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({args.eval_protocol}, epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped = evaluate(q_forward, args.env_id, args.eval_episodes, args.eval_epsilon,
-                                            args.eval_num_envs, args.eval_max_episode_steps, args.seed + 10_000, device,
-                                            args.bf16, args.eval_fire_after_life_loss, args.eval_protocol)
-    run.finish(global_step, returns, lengths, capped)
+        returns, lengths, capped, action_counts = evaluate(
+            q_forward, args.env_id, args.eval_episodes, args.eval_epsilon, args.eval_num_envs,
+            args.eval_max_episode_steps, args.seed + 10_000, device, args.bf16, args.eval_fire_after_life_loss,
+            args.eval_protocol)
+    run.finish(global_step, returns, lengths, capped, action_counts)

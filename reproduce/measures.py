@@ -189,6 +189,22 @@ def trend_counts(trends: dict, labels) -> dict:
     return out
 
 
+# abs_utils.NEAR_CONSTANT_SHARE: an evaluation policy that chose one action on this share of its steps or more.
+NEAR_CONSTANT_SHARE = 0.9
+
+
+def near_constant_evaluations(data, games) -> list[tuple[Run, int, float]]:
+    """(run, action, share) for the runs whose evaluation policy chose one action on at least NEAR_CONSTANT_SHARE of
+    its steps (eval.action_counts, written by the Atari scripts): their score is that of one action, not of play."""
+    out = []
+    for r in runs_of(data, games):
+        if r.action_counts and sum(r.action_counts):
+            share = max(r.action_counts) / sum(r.action_counts)
+            if share >= NEAR_CONSTANT_SHARE:
+                out.append((r, r.action_counts.index(max(r.action_counts)), share))
+    return out
+
+
 def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:
     """The Atari runs (games in table) with evaluation episodes cut at the step cap (eval.capped > 0), whose returns
     are those of games cut short, and the games where every episode of every run was cut. (A MuJoCo episode capped

@@ -34,7 +34,7 @@ from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
                       divergence_trends, early_late, final_training_return, hns_values, improvement_rates,
-                      machine_time, normalized, not_reached, per_seed, trend_counts)
+                      machine_time, near_constant_evaluations, normalized, not_reached, per_seed, trend_counts)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
 from sections import (Frame, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
@@ -70,7 +70,7 @@ def write_report(data, games, notes, args, table) -> Path:
           "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
           "and an exact permutation p. *n* = runs a number rests on.", ""]
     capped = capped_evaluations(data, games, table)
-    md += data_section(f, notes, args.runs, capped)
+    md += data_section(f, notes, args.runs, capped, near_constant_evaluations(data, games))
     md += aggregate_section(agg, agg_notes + [f"{g}: every evaluation episode of every run was cut at the step cap "
                                               "(see Data); its score here is that of games cut short"
                                               for g in capped[1]], games, table, f.at)

@@ -78,6 +78,7 @@ class Run:
     train_seconds: float | None = None  # its training loop's seconds, summed over its sessions (no evaluation)
     capped: int | None = None  # evaluation episodes cut at the step cap (eval.capped), of eval_episodes
     eval_episodes: int | None = None
+    action_counts: list | None = None  # the evaluation policy's choices per action (eval.action_counts; Atari)
     event_file_count: int = 0  # its event files: one per start of the script (a stopped and resumed run has two)
 
     @property
@@ -184,13 +185,16 @@ def parse_results(r) -> dict:
         counts[key] = ev.get(key)
         if counts[key] is not None and not (is_int(counts[key]) and counts[key] >= 0):
             raise Malformed(f"eval.{key} is {_kind(counts[key])}, not an integer >= 0")
+    actions = ev.get("action_counts")
+    if actions is not None and not (isinstance(actions, list) and all(is_int(x) and x >= 0 for x in actions)):
+        raise Malformed(f"eval.action_counts is {_kind(actions)}, not a list of integers >= 0")
     seconds = r.get("train_seconds")
     if seconds is not None and not (is_number(seconds) and seconds >= 0):
         raise Malformed(f"train_seconds is {_kind(seconds)}, not a number >= 0")
     return {"env_id": env_id, "seed": seed, "score": score, "total": total, "planned": planned, "args": args,
             "complete": total >= planned if complete is None else complete,
             "train_seconds": None if seconds is None else float(seconds), "capped": counts["capped"],
-            "episodes": counts["episodes"]}
+            "episodes": counts["episodes"], "action_counts": actions}
 
 
 def read_run(label: str, run_dir: Path) -> Run:
@@ -203,7 +207,8 @@ def read_run(label: str, run_dir: Path) -> Run:
     f = parse_results(r)
     return Run(label, run_dir, f["env_id"], game_of(f["env_id"]), f["seed"], f["score"], f["total"], f["planned"],
                divergence_tags=divergence_tags(f["args"]), args=f["args"], complete=f["complete"],
-               train_seconds=f["train_seconds"], capped=f["capped"], eval_episodes=f["episodes"])
+               train_seconds=f["train_seconds"], capped=f["capped"], eval_episodes=f["episodes"],
+               action_counts=f["action_counts"])
 
 
 def find_runs(label: str, root: Path, wanted=None) -> tuple[list[Run], list[str]]:

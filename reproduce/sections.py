@@ -10,7 +10,7 @@ from math import comb
 
 import numpy as np
 
-from measures import AGGREGATES, runs_of
+from measures import AGGREGATES, NEAR_CONSTANT_SHARE, runs_of
 from runs import RETURN_TAG, reached
 from stats import (IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
                    t_interval, welch_interval)
@@ -94,7 +94,7 @@ def marked(text: str | None, is_best: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- sections
-def data_section(f: Frame, notes, roots, capped=((), ())) -> list[str]:
+def data_section(f: Frame, notes, roots, capped=((), ()), constant=()) -> list[str]:
     data, games = f.data, f.games
     rows = [[lb, f"`{roots[lb]}`", str(sum(len(s) for s in d.values())), f"{len(d)} of {len(games)}",
              ", ".join(f"{g}: {len(d[g])}" for g in games if g in d) or "–",
@@ -102,7 +102,8 @@ def data_section(f: Frame, notes, roots, capped=((), ())) -> list[str]:
     md = ["## Data", "", md_table(["label", "directory", "runs", "games", "seeds per game", "missing games"], rows), ""]
     md += [f"- Missing for {lb}: {', '.join(g for g in games if g not in d)}"
            for lb, d in data.items() if any(g not in d for g in games)]
-    return (md + prefix_lines(f) + protocol_lines(f) + capped_lines(*capped) + [f"- {n}" for n in notes] + [""]
+    return (md + prefix_lines(f) + protocol_lines(f) + capped_lines(*capped) + constant_lines(constant)
+            + [f"- {n}" for n in notes] + [""]
             + damaged_section(f))
 
 
@@ -115,6 +116,16 @@ def capped_lines(capped: list, whole: list) -> list[str]:
     return [f"- Evaluation episodes cut at the step cap (their returns are those of games cut short): {runs}"
             + (f". On {', '.join(whole)} every episode of every run was cut: the evaluation scores there, raw and "
                "human-normalised, say how far a capped game got, not what a whole game scores." if whole else "")]
+
+
+def constant_lines(constant) -> list[str]:
+    """The runs whose evaluation policy was near-constant (measures.near_constant_evaluations: run, action, share)."""
+    if not constant:
+        return []
+    runs = ", ".join(f"{r.label} {r.game} seed {r.seed}: action {a} on {share:.1%}" for r, a, share in constant)
+    return [f"- Near-constant evaluation policies (one action on at least {NEAR_CONSTANT_SHARE:.0%} of the "
+            f"evaluation's steps, eval.action_counts; action: an index of the game's minimal action set): {runs}. "
+            "Their evaluation score is that of playing one action, not a measure of how they play."]
 
 
 def prefix_stops(f: Frame) -> str:

@@ -444,6 +444,8 @@ def test_abs_run_then_resume_with_buffer(tmp_path):
     assert result["algo"] == "abs_btr" and result["env_id"] == "Breakout-v5" and result["global_step"] == 720
     assert result["eval"]["episodes"] == 1 and len(result["eval"]["returns"]) == 1 and result["args"]["adapt"] is True
     assert {"mean", "std", "median", "min", "max", "capped"} <= set(result["eval"]) and result["train_seconds"] > 0
+    actions = result["eval"]["action_counts"]
+    assert len(actions) == 4 and sum(actions) >= result["eval"]["lengths"][0]  # Breakout's 4, chosen every step
     tags = scalars(run_dir)
     for tag in ("adapt/divergence", "adapt/divergence_mean", "adapt/batch_size", "losses/td_loss", "losses/q_values",
                 "charts/SPS", "charts/epsilon", "charts/per_beta", "perf/env_seconds", "perf/inference_seconds",
@@ -530,9 +532,9 @@ def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
 def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
     noop = lambda obs: torch.eye(4)[0].expand(len(obs), -1)  # noqa: E731  a greedy policy that never fires
     cpu = torch.device("cpu")
-    _, lengths, capped = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu)
-    assert capped == 0 and max(lengths) < 300
-    _, lengths, capped = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu, fire_after_life_loss=False)
+    _, lengths, capped, actions = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu)
+    assert capped == 0 and max(lengths) < 300 and actions[1:] == [0, 0, 0]
+    _, lengths, capped, _ = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu, fire_after_life_loss=False)
     assert capped == 2 and lengths == [600, 600]  # the paper's protocol: stalled after the first lost ball
 
 

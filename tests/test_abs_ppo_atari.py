@@ -261,6 +261,7 @@ def test_end_to_end_fixed_greedy_mode_with_track_divergence(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "fixed" / "eval_results.json").read_text())
     assert res["global_step"] == 256 and res["args"]["eval_greedy"] is True and res["eval"]["episodes"] == 1
+    assert len(res["eval"]["action_counts"]) == 4 and sum(res["eval"]["action_counts"]) >= res["eval"]["lengths"][0]
     tags = scalars(tmp_path / "fixed")
     assert [v for _, v in tags["adapt/num_steps"]] == [8] * 8  # measured every iteration, never adapted
     change = [v for _, v in tags["adapt/divergence"]]

@@ -378,6 +378,8 @@ def check_eval_json(path, args_expected, total):
     assert ev["mean"] == pytest.approx(np.mean(ev["returns"])) and ev["min"] <= ev["median"] <= ev["max"]
     assert all(0 < n <= 150 for n in ev["lengths"])
     assert ev["capped"] == sum(n == 150 for n in ev["lengths"])  # the step cap bounds an idle agent
+    # Breakout's 4 actions, chosen on every step of every evaluation env (at least the counted games' steps)
+    assert len(ev["action_counts"]) == 4 and sum(ev["action_counts"]) >= sum(ev["lengths"])
     for k, v in args_expected.items():
         assert res["args"][k] == v
     return res
@@ -395,12 +397,15 @@ def never_fires(num_actions):
 
 def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
     cpu = torch.device("cpu")
-    returns, lengths, capped = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu)
+    returns, lengths, capped, actions = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu)
     assert len(returns) == len(lengths) == 3 and capped == 0 and max(lengths) < 300  # every lost ball relaunched
+    # The policy's own choices are counted (NOOP on every step of both envs), not the FIRE pressed for it.
+    assert actions[1:] == [0, 0, 0] and actions[0] >= sum(lengths)
     # The paper's protocol (--no-eval-fire-after-life-loss): after the first lost life the game stalls to the cap.
-    _, lengths, capped = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu,
-                                      fire_after_life_loss=False)
-    assert capped == 3 and lengths == [1000] * 3
+    _, lengths, capped, actions = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu,
+                                               fire_after_life_loss=False)
+    # Env 0 plays 2 games (1000 steps, envpool's reset step, 1000 steps) and env 1 along: 2 x 2001 NOOPs.
+    assert capped == 3 and lengths == [1000] * 3 and actions == [4002, 0, 0, 0]
 
 
 @pytest.mark.parametrize("env_id, num_actions", [("MsPacman-v5", 9), ("KungFuMaster-v5", 14)])
@@ -410,9 +415,10 @@ def test_evaluation_of_a_game_without_fire_is_the_same_with_and_without_the_flag
         torch.manual_seed(0)  # the same epsilon-greedy draws
         results.append(pqn.evaluate(never_fires(num_actions), env_id, 2, 0.5, 2, 3000, 5, torch.device("cpu"),
                                     fire_after_life_loss=fire))
-    (returns, lengths, capped), other = results
+    (returns, lengths, capped, actions), other = results
     assert capped == 0 and max(lengths) < 3000  # the games ended: every life was lost, each a chance to differ
-    assert (returns, lengths, capped) == other and len(set(lengths)) == 2
+    assert (returns, lengths, capped, actions) == other and len(set(lengths)) == 2
+    assert len(actions) == num_actions and min(actions) > 0  # epsilon 0.5 tries every action
 
 
 # Runs a script as __main__ with envpool.make wrapped: every step of the training envs (episodic_life=True)
@@ -807,9 +813,9 @@ def test_first_finished_evaluation_favours_short_games_on_real_games():
     results = {protocol: pqn.evaluate(lambda obs: q[: len(obs)], "Breakout-v5", 4, 0.0, 4, 400, 5,
                                       torch.device("cpu"), fire_after_life_loss=False, protocol=protocol)
                for protocol in ("quota", "first-finished")}
-    _, lengths, capped = results["quota"]
+    _, lengths, capped, _ = results["quota"]
     assert sorted(lengths) == [121, 121, 400, 400] and capped == 2
-    _, lengths, capped = results["first-finished"]
+    _, lengths, capped, _ = results["first-finished"]
     assert lengths == [121] * 4 and capped == 0
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -273,7 +274,9 @@ def test_progress_line_and_summary(tmp_path, capsys):
     assert (s["episodes"], s["mean"], s["median"], s["min"], s["max"], s["capped"]) == (3, 2.0, 2.0, 1.0, 3.0, 1)
     assert s["std"] == pytest.approx(np.std([1, 3, 2])) and s["lengths"] == [10, 30, 20]
     empty = U.summarize_eval([], [], 0)
-    assert empty["episodes"] == 0 and empty["mean"] is None
+    assert empty["episodes"] == 0 and empty["mean"] is None and "action_counts" not in empty
+    assert U.summarize_eval([1.0], [10], 0, np.array([3, 0, 7]))["action_counts"] == [3, 0, 7]
+    assert U.top_action([3, 0, 7]) == (2, 0.7) and U.top_action([5, 5]) == (0, 0.5)  # a tie: the lowest index
 
 
 def scalars(run_dir):
@@ -348,6 +351,25 @@ def test_finish_warns_when_most_evaluation_episodes_hit_the_step_cap(tmp_path, c
     warning = "warning: most evaluation episodes hit the step cap; their returns are those of games cut short"
     assert [line for line in lines if line.startswith("warning:")] == ([warning] if warned else [])
     assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]["capped"] == capped
+
+
+@pytest.mark.parametrize("action_counts, warning", [
+    ([1, 9, 0], "warning: the evaluation policy chose action 1 on 90.0% of its steps (eval.action_counts): a "
+                "near-constant policy, whose score is that of one action"),  # the share NEAR_CONSTANT_SHARE warns
+    ([0, 0, 0, 5999, 1], "warning: the evaluation policy chose action 3 on 100.0% of its steps (eval.action_counts): "
+                         "a near-constant policy, whose score is that of one action"),
+    ([2, 8, 0, 1], None),  # 8 of 11: 72.7%
+    (None, None),  # a script without action counts (MuJoCo): none recorded, no check
+])
+def test_finish_records_the_actions_and_warns_when_one_action_is_the_policy(tmp_path, capsys, action_counts, warning):
+    assert U.NEAR_CONSTANT_SHARE == 0.9
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.end_training()
+    run.finish(1000, [1.0], [10], 0, action_counts)
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")] == (
+        [warning] if warning else [])
+    assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"].get("action_counts") == action_counts
 
 
 def test_memory_problem_compares_the_estimate_with_the_available_memory():
@@ -571,6 +593,7 @@ class GamesOfFixedLength:
 
     def __init__(self, lengths):
         self.lengths, self.config = np.array(lengths), {"num_envs": len(lengths)}
+        self.action_space = gymnasium.spaces.Discrete(3)
         self.elapsed = np.zeros(len(lengths), dtype=np.int64)
 
     def info(self):
@@ -590,16 +613,18 @@ class GamesOfFixedLength:
 
 
 def test_quota_plays_equal_shares_and_first_finished_the_first_games_to_end():
-    act = lambda obs: np.zeros(len(obs), dtype=np.int64)
-    # Quotas [2, 2, 1]: every env's games count, whatever their length.
-    returns, lengths, capped = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None)
-    assert (returns, lengths, capped) == ([1.0, 2.0, 1.0, 2.0, 3.0], [2, 3, 2, 3, 7], 0)
+    act = lambda obs: np.arange(len(obs)) % 2  # noqa: E731  envs 0 and 2 choose action 0, env 1 action 1
+    # Quotas [2, 2, 1]: every env's games count, whatever their length. The last game ends at step 7: 7 steps of 3
+    # envs, 14 choices of action 0 and 7 of action 1 (of the 3 actions).
+    returns, lengths, capped, actions = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None)
+    assert (returns, lengths, capped, actions) == ([1.0, 2.0, 1.0, 2.0, 3.0], [2, 3, 2, 3, 7], 0, [14, 7, 0])
     # The first 5 to end: steps 2 (env 0), 3 (env 1), 4 (env 0), 6 (env 0, then env 1 in env order). Env 2's
     # 7-step game never counts, and the mean length falls from 3.4 to 2.4: the order favours short games.
-    returns, lengths, capped = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None, "first-finished")
-    assert (returns, lengths, capped) == ([1.0, 2.0, 1.0, 1.0, 2.0], [2, 3, 2, 2, 3], 0)
+    returns, lengths, capped, actions = U.play_atari_games(GamesOfFixedLength([2, 3, 7]), act, 5, None,
+                                                           "first-finished")
+    assert (returns, lengths, capped, actions) == ([1.0, 2.0, 1.0, 1.0, 2.0], [2, 3, 2, 2, 3], 0, [12, 6, 0])
     # A tie at the last place: only the first env's game of that step counts.
-    returns, lengths, _ = U.play_atari_games(GamesOfFixedLength([2, 2, 2]), act, 4, None, "first-finished")
+    returns, lengths, _, _ = U.play_atari_games(GamesOfFixedLength([2, 2, 2]), act, 4, None, "first-finished")
     assert (returns, lengths) == ([1.0, 2.0, 3.0, 1.0], [2, 2, 2, 2])
     with pytest.raises(ValueError, match="protocol"):
         U.play_atari_games(GamesOfFixedLength([2]), act, 1, None, "first")

@@ -437,6 +437,7 @@ def check_eval_json(path, args_expected, total, episodes=2):
         assert ev["mean"] == pytest.approx(np.mean(ev["returns"])) and ev["min"] <= ev["median"] <= ev["max"]
         assert all(0 < n <= 150 for n in ev["lengths"])
         assert ev["capped"] == sum(n == 150 for n in ev["lengths"])
+        assert len(ev["action_counts"]) == 4 and sum(ev["action_counts"]) >= sum(ev["lengths"])  # Breakout's 4
     assert set(res["args"]) == set(vars(gns.Args()))
     for k, v in args_expected.items():
         assert res["args"][k] == v

@@ -443,6 +443,33 @@ def write_run(run_dir: Path, env_id, seed, score, curve=None, adapt=False, finis
             "args": {"env_id": env_id, "seed": seed, "adapt": adapt}}))
 
 
+def test_near_constant_evaluation_policies_are_named_with_their_action_and_share(tmp_path):
+    """A run whose evaluation chose one action on >= 90% of its steps is named with the action and its share; 89.9%,
+    a run without action counts (written before they were recorded) and one of all-zero counts are not."""
+    for label, env_id, counts in (("A", "Amidar-v5", [1, 9, 0]), ("B", "Amidar-v5", [101, 899, 0, 0]),
+                                  ("A", "BattleZone-v5", [16, 5984]), ("B", "BattleZone-v5", None),
+                                  ("A", "Hopper-v4", [0, 0])):
+        write_run(tmp_path / label / f"{env_id}__1", env_id, 1, 1.0, lambda s: s / 10)
+        res = json.loads((tmp_path / label / f"{env_id}__1" / "eval_results.json").read_text())
+        if counts is not None:
+            res["eval"]["action_counts"] = counts
+        (tmp_path / label / f"{env_id}__1" / "eval_results.json").write_text(json.dumps(res))
+    assert report.main(["--runs", f"A={tmp_path / 'A'}", f"B={tmp_path / 'B'}", "--out", str(tmp_path / "o"),
+                        "--reps", "20"]) == 0
+    lines = [line for line in section((tmp_path / "o" / "report.md").read_text(), "Data").split("\n")
+             if line.startswith("- Near-constant")]
+    assert lines == ["- Near-constant evaluation policies (one action on at least 90% of the evaluation's steps, "
+                     "eval.action_counts; action: an index of the game's minimal action set): A Amidar seed 1: action 1 "
+                     "on 90.0%, A BattleZone seed 1: action 1 on 99.7%. Their evaluation score is that of playing one "
+                     "action, not a measure of how they play."]
+
+
+def test_the_reports_near_constant_share_is_the_scripts():
+    sys.path.insert(0, str(ROOT))
+    import abs_utils
+    assert measures.NEAR_CONSTANT_SHARE == abs_utils.NEAR_CONSTANT_SHARE
+
+
 def test_capped_atari_evaluations_are_named_and_a_wholly_capped_game_is_flagged(tmp_path):
     """Atari evaluation episodes cut at the step cap are named per run (A Amidar 1 of 2, DoubleDunk 2 of 2 in both
     labels); DoubleDunk, where every episode of every run was cut, is flagged beside the aggregate. A MuJoCo episode
@@ -941,6 +968,10 @@ MALFORMED = [
     ("seconds-negative", with_(train_seconds=-1), "train_seconds is the number -1, not a number >= 0"),
     ("capped-string", with_(eval={"episodes": 2, "mean": 1.0, "capped": "2"}),
      'eval.capped is the string "2", not an integer >= 0'),
+    ("actions-negative", with_(eval={"episodes": 2, "mean": 1.0, "action_counts": [3, -1]}),
+     "eval.action_counts is a list, not a list of integers >= 0"),
+    ("actions-floats", with_(eval={"episodes": 2, "mean": 1.0, "action_counts": [3.5]}),
+     "eval.action_counts is a list, not a list of integers >= 0"),
     ("invalid-json", '{"env_id": "Amidar-v5", ', "invalid JSON"),
     ("empty", "", "invalid JSON"),
 ]
