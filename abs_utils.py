@@ -411,13 +411,20 @@ def top_action(action_counts) -> tuple[int, float]:
     return int(counts.argmax()), float(counts.max() / counts.sum())
 
 
-def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game's (envpool's) actions, or None
-    from ale_py import ALEInterface, Action, LoggerMode, roms  # the Atari scripts' requirement, imported only here
+def action_names(env_id: str) -> list[str]:
+    """The names of an Atari game's actions in envpool's order (the game's minimal action set): the index of an
+    action in eval.action_counts names it, e.g. action_names("Breakout-v5") == ["NOOP", "FIRE", "RIGHT", "LEFT"]."""
+    from ale_py import ALEInterface, LoggerMode, roms  # the Atari scripts' requirement, imported only here
     game = env_id.split("-")[0].lower()  # "MsPacman-v5" -> the ROM id "ms_pacman"
     ALEInterface.setLoggerMode(LoggerMode.Error)
     ale = ALEInterface()
     ale.loadROM(roms.get_rom_path(next(r for r in roms.get_all_rom_ids() if r.replace("_", "") == game)))
-    return next((i for i, a in enumerate(ale.getMinimalActionSet()) if a == Action.FIRE), None)
+    return [a.name for a in ale.getMinimalActionSet()]
+
+
+def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game's (envpool's) actions, or None
+    names = action_names(env_id)
+    return names.index("FIRE") if "FIRE" in names else None
 
 
 def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], protocol: str = "quota"):

@@ -404,6 +404,17 @@ def test_rollout_memory_problem_sizes_the_storage_at_L_max_and_names_its_flag():
     assert U.rollout_memory_problem(a, lambda L: L)[0]
 
 
+def test_action_names_are_envpools_actions_in_its_order():
+    import envpool
+    assert U.action_names("Breakout-v5") == ["NOOP", "FIRE", "RIGHT", "LEFT"]
+    names = U.action_names("BattleZone-v5")  # the full set: 18 actions, the ALE's own order
+    assert len(names) == 18 and (names[8], names[14]) == ("DOWNRIGHT", "UPRIGHTFIRE")
+    for env_id in ["MsPacman-v5", "Pong-v5", "DoubleDunk-v5", "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"]:
+        envs = envpool.make(env_id, env_type="gymnasium", num_envs=1)
+        assert len(U.action_names(env_id)) == envs.action_space.n, env_id
+        envs.close()
+
+
 def test_fire_action_is_the_index_of_fire_in_the_games_minimal_action_set():
     for env_id in ["Breakout-v5", "Pong-v5", "SpaceInvaders-v5", "MontezumaRevenge-v5", "BattleZone-v5"]:
         assert U.fire_action(env_id) == 1, env_id
