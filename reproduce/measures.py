@@ -197,11 +197,10 @@ def near_constant_evaluations(data, games) -> list[tuple[Run, int, float]]:
     """(run, action, share) for the runs whose evaluation policy chose one action on at least NEAR_CONSTANT_SHARE of
     its steps (eval.action_counts, written by the Atari scripts): their score is that of one action, not of play."""
     out = []
-    for r in runs_of(data, games):
-        if r.action_counts and sum(r.action_counts):
-            share = max(r.action_counts) / sum(r.action_counts)
-            if share >= NEAR_CONSTANT_SHARE:
-                out.append((r, r.action_counts.index(max(r.action_counts)), share))
+    for r in (r for r in runs_of(data, games) if r.action_counts and sum(r.action_counts)):
+        top = max(r.action_counts)
+        if top / sum(r.action_counts) >= NEAR_CONSTANT_SHARE:
+            out.append((r, r.action_counts.index(top), top / sum(r.action_counts)))
     return out
 
 
