@@ -36,8 +36,8 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
          # in progress: the runs published so far (results/atari10-early/README.md)
-         "atari10-early": Grid("atari10-early", (), ("BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5"), (1,),
-                                               ("ABS", "Vanilla"), 20e6)}
+         "atari10-early": Grid("atari10-early", (), ("BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5",
+                                                                "Phoenix-v5"), (1,), ("ABS", "Vanilla"), 20e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
