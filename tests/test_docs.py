@@ -75,7 +75,7 @@ def test_docs_folder_has_the_pages():
     names = {p.name for p in PAGES}
     for page in ["pqn.md", "gns.md", "ppo.md", "btr.md", "running.md", "reproducing.md", "benchmarks.md",
                  "results-mujoco-1m.md", "results-mujoco-5m.md", "study-mujoco-ess.md", "CONVENTIONS.md",
-                 "adding-abs.md", "ppo-atari.md"]:
+                 "adding-abs.md", "ppo-atari.md", "results-atari10-early.md"]:
         assert page in names, page
 
 

@@ -4,6 +4,8 @@ committed report.md and figure data (README: "Results")."""
 import csv
 import itertools
 import json
+import math
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -35,9 +37,10 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
-         # in progress: the runs published so far (results/atari10-early/README.md)
+         # Atari-5 of its ten games so far (results/atari10-early/README.md)
          "atari10-early": Grid("atari10-early", (), ("BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5",
-                                                                "Phoenix-v5"), (1,), ("ABS", "Vanilla"), 20e6)}
+                                                                "Phoenix-v5", "Qbert-v5"), (1,), ("ABS", "Vanilla"),
+                                 20e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
 
 
@@ -201,21 +204,24 @@ def test_figure_data_is_regenerated_from_the_committed_runs(regenerated, grid):
         assert (ROOT / "results" / grid / name.replace(".csv", ".png")).is_file()
 
 
+def report_cell(md: str, section: str, game: str, label: str, col: int) -> str:
+    """Column `col` (1: the game) of the row of `game` and `label` in the table under the report's heading
+    `section`, with a one-seed cell's "1: " dropped."""
+    row = next(ln for ln in md.split(section)[1].splitlines() if ln.startswith(f"| {game} | {label} |"))
+    return row.split(" | ")[col - 1].removeprefix("1: ").rstrip(" |")
+
+
 def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
     """docs/ppo-atari.md's learning-check table and KL trend are the regenerated report's numbers, for each game."""
     md = (regenerated("ppo-atari-check") / "report.md").read_text()
     page = " ".join((ROOT / "docs" / "ppo-atari.md").read_text().split("## Learning check")[1].split("\n## ")[0]
                     .split())
-
-    def seed1(section, game, label, col=3):
-        row = next(ln for ln in md.split(section)[1].splitlines() if ln.startswith(f"| {game} | {label} |"))
-        return row.split(" | ")[col - 1].removeprefix("1: ").rstrip(" |")
     for game in (g.split("-v")[0] for g in GRIDS["ppo-atari-check"].games):
         for label in ("PPO", "PPO+ABS"):
-            cells = [seed1(section, game, label) for section in ("## Per-game evaluation return",
+            cells = [report_cell(md, section, game, label, 3) for section in ("## Per-game evaluation return",
                      "## Final training return", "### Early return\n", "### Whole-run return")]
             assert f"| {game} | {label} | " + " | ".join(cells) + " |" in page, cells
-        trend = {lb: [seed1("## Divergence over training", game, lb, col) for col in (5, 6, 7, 8)]
+        trend = {lb: [report_cell(md, "## Divergence over training", game, lb, col) for col in (5, 6, 7, 8)]
                  for lb in ("PPO+ABS", "PPO")}
         (a0, a1, a2, a_rho), (p0, p1, p2, p_rho) = trend["PPO+ABS"], trend["PPO"]
         said = (f"{game}: the first measurement {a0} (PPO+ABS) and {p0} (PPO), the mean over the first tenth of the "
@@ -227,6 +233,197 @@ def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
         runs, hours, per_run, sps = time.split(" | ")[1:5]
         said = f"{label} {hours} hours for its {runs} runs ({per_run} per run, {sps} steps/s)"
         assert said in page, said
+
+
+def atari10_early_rows(md: str) -> dict:
+    """The rows docs/results-atari10-early.md's tables hold for the report `md`, per table: each cell is the report's
+    (seed 1's value; a difference is ABS - Vanilla)."""
+    games = [g.split("-v")[0] for g in GRIDS["atari10-early"].games]
+    early, early_hns = "### Early return\n", "### Early return, human-normalised\n"
+    ev, ev_hns = "## Per-game evaluation return at", "## Per-game human-normalised score at"
+
+    def diff(section, game):
+        return report_cell(md.split(section)[1].split("Differences,")[1], "| game |", game, "ABS − Vanilla", 3)
+    rows = {"early": [], "evaluation": [], "divergence": [], "burn-in": []}
+    for game in games:
+        rows["early"].append(" | ".join([
+            f"| {game}", *(report_cell(md, early, game, lb, 3) for lb in ("ABS", "Vanilla")), diff(early, game),
+            *(report_cell(md, early_hns, game, lb, 3) for lb in ("ABS", "Vanilla")), diff(early_hns, game)]) + " |")
+        rows["evaluation"].append(" | ".join([
+            f"| {game}", *(report_cell(md, s, game, lb, 3) for s in (ev, ev_hns) for lb in ("ABS", "Vanilla"))]) + " |")
+        for lb in ("ABS", "Vanilla"):
+            rows["divergence"].append(" | ".join([f"| {game} | {lb}", *(
+                report_cell(md, "## Divergence over training", game, lb, c) for c in (4, 5, 6, 7, 8))]) + " |")
+        rows["burn-in"].append(" | ".join([f"| {game}", *(
+            report_cell(md, "### Burn-in in the early window", game, "ABS", c) for c in (5, 6, 7, 8))]) + " |")
+    return rows
+
+
+def divergence_by_tenth(label: str) -> str:
+    """What docs/results-atari10-early.md says of `label`'s divergence over the games: the mean of the points of
+    divergence_by_game.csv's "mean over games" curve in each tenth of the window, the first, the highest and the
+    last."""
+    tenths = [[] for _ in range(10)]
+    with open(ROOT / "results" / "atari10-early" / "divergence_by_game.csv") as f:
+        for r in csv.DictReader(f):
+            if r["game"] == "mean over games" and r["label"] == label:
+                tenths[min(int(float(r["step"]) // 200_000), 9)].append(float(r["mean"]))
+    means = [float(np.mean(t)) if t else float("nan") for t in tenths]
+    top = int(np.nanargmax(means))
+    return (f"{means[0]:.2f} in the first tenth, {means[top]:.2f} at most (tenth {top + 1}) and {means[-1]:.2f} in "
+            f"the last")
+
+
+def delta_bar_after_burn_in() -> str:
+    """What docs/results-atari10-early.md says of delta_bar after the burn-in: per game, the lowest and the highest
+    `adapt/divergence_mean` of its ABS run at or after the step where the burn-in ends."""
+    sys.path.insert(0, str(ROOT / "reproduce"))
+    from events import load_scalars
+    said = []
+    for game in GRIDS["atari10-early"].games:
+        steps, values = load_scalars(ROOT / "results" / "atari10-early" / "runs" / "atari10-early" / "ABS" /
+                                     f"{game}__1", ("adapt/divergence_mean",))["adapt/divergence_mean"]
+        after = [v for s, v in zip(steps, values) if s >= 1_024_000]
+        said.append(f"{min(after):.2f}-{max(after):.2f} on {game.split('-v')[0]}")
+    return ", ".join(said)
+
+
+def test_atari10_early_page_states_the_reports_numbers(regenerated):
+    """docs/results-atari10-early.md's tables, counts, aggregates, divergence trends, burn-in and machine time are the
+    regenerated report's."""
+    md = (regenerated("atari10-early") / "report.md").read_text()
+    text = (ROOT / "docs" / "results-atari10-early.md").read_text()
+    page = " ".join(text.split())
+    lines = set(text.splitlines())
+    for table, rows in atari10_early_rows(md).items():
+        for row in rows:
+            assert row in lines, (table, row)
+    n = len(GRIDS["atari10-early"].games)
+    early_count = re.search(r"\*\*(ABS higher early in \d+ of \d+ games)\*\*", md).group(1)
+    assert early_count.endswith(f"of {n} games") and early_count in page, early_count
+    eval_count = re.search(r"\*\*(ABS best in \d+ of \d+ games)\*\*", md).group(1)
+    assert eval_count.replace("best", "higher") in page, eval_count
+    for section, what in (("#### Early return, human-normalised, across games", "early"),
+                          ("## Aggregate human-normalised score at", "evaluation")):
+        resampled = re.split(r"\n#", md.split(section)[1])[0].split("games resampled] |")[-1]
+        bounds = []
+        for lb in ("ABS", "Vanilla"):
+            iqm = next(ln for ln in resampled.splitlines() if ln.startswith(f"| {lb} |")).split(" | ")[1]
+            said = f"{lb} {iqm}"
+            assert said in page, (what, said)
+            bounds.append([float(x) for x in iqm.split("[")[1].rstrip("]").split(", ")])
+        if what == "early":  # "the intervals overlap"
+            assert bounds[0][0] <= bounds[1][1] and bounds[1][0] <= bounds[0][1], bounds
+    for lb in ("ABS", "Vanilla"):
+        trend = next(ln for ln in md.split("## Divergence over training")[1].splitlines() if ln.startswith(f"- {lb}: "))
+        assert trend.removeprefix("- ") in page, trend
+        time = next(ln for ln in md.split("## Machine time")[1].splitlines() if ln.startswith(f"| {lb} |"))
+        runs, hours, per_run, sps = time.split(" | ")[1:5]
+        said = f"{lb} {hours} hours for its {runs} runs ({per_run} hours per run, {sps} steps/s)"
+        assert said in page, said
+        said = f"{lb}'s {divergence_by_tenth(lb)}"
+        assert said in page, said
+    burn = next(ln for ln in md.split("### Burn-in in the early window")[1].splitlines() if ln.startswith("- ABS: "))
+    share = re.search(r"and (\d+\.\d%) \(runs: [^)]*\) ran at L = 16 in all", burn)
+    assert share and f"{share.group(1)} of the early window at L = 16" in page, burn
+    data = md.split("## Data")[1].split("\n## ")[0].splitlines()
+    for start in ("- Near-constant evaluation policies", "- Evaluation episodes cut at the step cap"):
+        runs = next(ln for ln in data if ln.startswith(start)).split("): ", 1)[1].split(". ")[0]
+        assert runs in page, runs  # the runs the report lists, e.g. "ABS DoubleDunk seed 1: 100 of 100, ..."
+    trained = float(report_cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
+    assert f"last 100 training games (epsilon-greedy) averaged {trained:,.0f}" in page
+    measured = [int(report_cell(md, "## Divergence over training", g.split("-v")[0], "ABS", 4))
+                for g in GRIDS["atari10-early"].games]
+    assert f"{min(measured) - 9}-{max(measured) - 9} measurements move L in the window" in page
+    assert f"delta_bar stayed high after the burn-in: {delta_bar_after_burn_in()}" in page
+    wins, n_games = map(int, re.search(r"ABS higher early in (\d+) of (\d+) games", early_count).groups())
+    chance = sum(math.comb(n_games, k) for k in range(wins, n_games + 1)) / 2 ** n_games
+    assert f"{wins} or more of {n_games} would come up with probability {chance:.2f}" in page
+    early_hns = [float(report_cell(md, "### Early return, human-normalised\n", g.split("-v")[0], lb, 3))
+                 for g in GRIDS["atari10-early"].games for lb in ("ABS", "Vanilla")]
+    assert f"(HNS of {min(early_hns):.3f} to {max(early_hns):.3f})" in page
+    # the verdict restates these
+    verdict = " ".join(text.split("## Verdict")[1].split("\n## ")[0].split())
+    assert f"higher in {wins} of the {n_games} games" in verdict
+    assert f"{wins} or more of {n_games} with probability {chance:.2f}" in verdict
+    hns_diffs = md.split("### Early return, human-normalised\n")[1].split("Differences,")[1]
+    diffs = {g: float(report_cell(hns_diffs, "| game |", g, "ABS − Vanilla", 3))
+             for g in (g.split("-v")[0] for g in GRIDS["atari10-early"].games)}
+    top = max(diffs, key=diffs.get)
+    raw = report_cell(md.split("### Early return\n")[1].split("Differences,")[1], "| game |", top, "ABS − Vanilla", 3)
+    assert f"at most {diffs[top]:.3f} HNS, on {top}, where it is {raw} points of score" in verdict
+    from events import load_scalars  # (on sys.path through delta_bar_after_burn_in)
+    starts_highest = []
+    for lb in ("ABS", "Vanilla"):
+        for g in GRIDS["atari10-early"].games:
+            _, values = load_scalars(ROOT / "results" / "atari10-early" / "runs" / "atari10-early" / lb / f"{g}__1",
+                                     ("adapt/divergence",))["adapt/divergence"]
+            if values[0] == max(values):
+                starts_highest.append(f"{lb}'s {g.split('-v')[0]} starts at its highest ({values[0]:.3f}) and ends "
+                                      f"far lower ({values[-1]:.3f})")
+    assert len(starts_highest) == 1 and f"Only {starts_highest[0]}" in verdict, starts_highest
+    readme = " ".join((ROOT / "README.md").read_text().split())  # its headline restates them too
+    early_iqms = re.split(r"\n#", md.split("#### Early return, human-normalised, across games")[1])[0]
+    iqms = [next(ln for ln in early_iqms.split("games resampled] |")[-1].splitlines() if ln.startswith(f"| {lb} |"))
+            .split(" | ")[1] for lb in ("ABS", "Vanilla")]
+    assert (f"{early_count} (the paper's Table 2: 7 of 10), by at most {diffs[top]:.3f} HNS; the early-HNS IQM is "
+            f"ABS {iqms[0]} and Vanilla {iqms[1]} (games resampled)") in readme
+    for lb in ("ABS", "Vanilla"):
+        trend = next(ln for ln in md.split("## Divergence over training")[1].splitlines() if ln.startswith(f"- {lb}: "))
+        lower = re.search(r"lower in the last tenth than in the first in (\d+ of \d+) runs", trend).group(1)
+        assert f"in the last tenth than in the first in {lower} runs of each label" in verdict, trend
+        rho = re.search(r"median ρ ([-+]\d\.\d\d)", trend).group(1)
+        assert f"{rho} for {lb}" in verdict, trend
+    with open(ROOT / "results" / "atari10-early" / "batch_size_by_game.csv") as f:
+        highest = max(float(r["max"]) for r in csv.DictReader(f) if r["tag"] == "adapt/num_steps")
+    said = f"L never reached Vanilla's 32: its highest value in any bin of `batch_size_by_game.csv` is {highest:.0f}"
+    assert highest < 32 and said in page, said
+    assert f"2 at L = 16, {32 / highest:.1f} at L = {highest:.0f}" in page
+
+
+def test_atari10_early_page_states_the_scripts_settings():
+    """The settings docs/results-atari10-early.md quotes, and the arithmetic it does on them, are abs_pqn_atari.py's
+    defaults and the atari10-early grid's flags."""
+    sys.path.insert(0, str(ROOT))
+    import tomllib
+
+    import abs_pqn_atari as pqn
+    a = pqn.Args()
+    exp = tomllib.loads((ROOT / "reproduce" / "experiments.toml").read_text())["experiments"]["atari10-early"]
+    page = " ".join((ROOT / "docs" / "results-atari10-early.md").read_text().split())
+    assert exp["labels"] == {"ABS": "", "Vanilla": "--no-adapt --num-steps 32 --track-divergence --adapt-freq 10"}
+    assert "PQN at a fixed L = 32 (`--no-adapt --num-steps 32`)" in page
+    assert "(`--track-divergence --adapt-freq 10`: every 10th iteration instead of every 50th" in page
+    assert (f"{a.num_envs} envs, L in [{a.num_steps_min}, {a.num_steps_max}], delta in [{a.divergence_low:.0%}, "
+            f"{a.divergence_high:.0%}], K = {a.adapt_freq}, W = {a.window}") in page
+    assert (exp["total_timesteps"], exp["stop_at_step"], exp["seeds"]) == (20_000_000, 2_000_000, [1])
+    assert f"each run checkpoints every {exp['checkpoint_every']:,} steps" in page
+    window, batch = exp["stop_at_step"], a.num_steps_min * a.num_envs
+    assert a.exploration_fraction * exp["total_timesteps"] == window  # epsilon decays over exactly the window
+    assert f"Epsilon falls linearly from {a.start_e:g} to {a.end_e:g} over exactly these 2M steps" in page
+    burn_in = a.window * a.adapt_freq * batch
+    assert (f"W × K = {a.window} × {a.adapt_freq} = {a.window * a.adapt_freq} iterations of {a.num_steps_min} × "
+            f"{a.num_envs} = {batch:,} steps, so burn-in ends at step {burn_in:,}, {burn_in / window:.1%} of the "
+            f"{window:,}-step window") in page
+    assert f"ABS measures every {a.adapt_freq} iterations (its first at step {a.adapt_freq * batch:,}" in page
+    assert f"Vanilla every 10 (every {10 * 32 * a.num_envs:,} steps)" in page
+    assert f"{a.ref_batch_size:,} reference states" in page and a.ref_batch_size == batch
+    assert f"minibatches of {batch // a.num_minibatches}" in page
+    assert f"minibatches of {2 * batch // a.num_minibatches:,}" in page
+    assert f"{a.eval_max_episode_steps:,}-step cap" in page
+    assert f"an EMA (beta = {a.ema_beta:g} per measurement)" in page
+    epochs = [pqn.update_epochs_for(L, a.update_epochs, a.epochs_ref_steps) for L in range(1, a.num_steps_max + 1)]
+    two = max(L for L, e in enumerate(epochs, start=1) if e == a.update_epochs)
+    assert f"gives {a.update_epochs} epochs for every L up to {two}" in page
+    assert pqn.update_epochs_for(a.num_steps_min, 1, a.epochs_ref_steps) == 1  # "without its floor ... one"
+    steps = a.num_minibatches * a.update_epochs
+    assert f"{a.num_minibatches} minibatches × {a.update_epochs} epochs = {steps}" in page
+
+    def target(d):
+        return round(pqn.divergence_to_length(d, a.num_steps_min, a.num_steps_max, a.divergence_low,
+                                              a.divergence_high))
+    assert (f"a target of {target(0.5)} at a delta_bar of 0.5 and {target(0.7)} at 0.7 ({target(0.95)} at 0.95)"
+            in page)
 
 
 # The study of --divergence ess (README "Beyond the paper"): its own runs, and the command that wrote study.md.
