@@ -190,7 +190,7 @@ class Args:
     eval_max_episode_steps: int = 27_000
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
     eval_fire_after_life_loss: bool = True
-    """in games with FIRE, press it on the step after a lost life as training's resets do (off: the paper's eval)"""
+    """in games with FIRE, press it after a lost life as training's resets do (off: as the ABS authors' PQN code)"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
