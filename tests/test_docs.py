@@ -250,3 +250,42 @@ def test_flag_values_quoted_in_a_script_page_are_its_defaults(name):
         assert same, f"{page} quotes `{span}`, but {SCRIPTS[name]}'s default is {default!r}"
         quoted += 1
     assert quoted >= 2, f"{page}: only {quoted} quoted defaults checked"
+
+
+# ---------------------------------------------------------------- pointers into the code stay true
+TEXT_FILES = [*PAGES, *sorted(p for p in (ROOT / "bench").rglob("*") if p.suffix in {".md", ".sh", ".txt", ".py"})]
+
+
+def test_every_test_file_and_test_named_in_the_docs_and_bench_exists():
+    """`tests/test_x.py` paths and `test_name` functions (or `test_prefix*`) named in the README, docs/ and bench/
+    exist, so that a renamed test does not leave a pointer to nothing."""
+    defined = {name for path in (ROOT / "tests").glob("test_*.py")
+               for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)}
+    missing = []
+    for path in TEXT_FILES:
+        text = path.read_text(encoding="utf-8")
+        missing += [f"{path.relative_to(ROOT)}: {p}" for p in set(re.findall(r"tests/test_\w+\.py", text))
+                    if not (ROOT / p).exists()]
+        for name in set(re.findall(r"`(test_\w+\*?)`", text)):
+            found = any(d.startswith(name[:-1]) for d in defined) if name.endswith("*") else name in defined
+            if not found:
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not missing, missing
+
+
+def test_conventions_names_every_script_whose_fixed_batch_logs_adapt_tags_only_with_track_divergence():
+    sentence = re.search(r"with `--no-adapt`,\s+(.+?) write them only with `--track-divergence`",
+                         (ROOT / "docs" / "CONVENTIONS.md").read_text(encoding="utf-8"), re.S).group(1)
+    named = {n.strip() for n in re.split(r",| and ", sentence.replace("\n", " ")) if n.strip()}
+    having = {name for name, script in SCRIPTS.items() if "track_divergence" in args_defaults(script)}
+    assert named == having
+
+
+def test_btr_evaluation_flag_does_not_claim_the_papers_evaluation():
+    """docs/btr.md: how the paper's BTR numbers were evaluated is not public, so no flag may say it gives them."""
+    assert "how the paper's BTR numbers were evaluated is not public" in \
+        " ".join((ROOT / "docs" / "btr.md").read_text(encoding="utf-8").split())
+    tree = ast.parse((ROOT / "abs_btr.py").read_text(encoding="utf-8"))
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args")
+    helps = [node.value.value for node in cls.body if isinstance(node, ast.Expr) and isinstance(node.value.value, str)]
+    assert helps and not [h for h in helps if "paper's eval" in h]

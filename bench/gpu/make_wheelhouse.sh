@@ -6,7 +6,7 @@
 #   bench/gpu/make_wheelhouse.sh --local    # this machine's python3, for `check.sh --rehearse` (wheelhouse/cp3XX)
 #
 # The wheels are those of bench/gpu/wheels.txt, one pinned version each: what the call imports beyond the GPU
-# machine's own packages (bench/gpu/gpu-machine.txt), and what those import in turn. tests/test_gpu_imports.py checks
+# machine's own packages (bench/gpu/gpu-machine.txt), and what those import in turn. tests/test_gpu_call.py checks
 # the call's imports against the two lists; this script checks each wheel's requirements against them. Left out on
 # purpose: glfw (envpool imports it only for MuJoCo rendering on Windows), types-protobuf (type stubs), and
 # envpool's asset packages (62, 89 and more MB: MuJoCo, VizDoom, football). Of those assets only the Atari ROMs and
