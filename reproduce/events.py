@@ -8,7 +8,7 @@ has its training curves left out, with the reason in `Run.event_problems`; its e
 (eval_results.json) is kept. The same pass collects the scalars with the rule TensorBoard's `EventAccumulator`
 applies to these files (a resumed writer's purge of the events after its checkpoint; `load_scalars`), and checks
 the CRCs with the C library google-crc32c: TensorBoard's own check is pure Python, and it took most of the 37 s
-of the 5M-step MuJoCo grid's report (tests/test_report.py compares both readers on committed, resumed, damaged
+of the 5M-step MuJoCo grid's report (tests/test_events.py compares both readers on committed, resumed, damaged
 and restarted runs).
 """
 from __future__ import annotations

@@ -28,6 +28,8 @@ def pytest_report_header(config):
 FIRST = ("test_stop_at_step.py", "test_train_alike.py", "test_sweep.py", "test_results.py", "test_hardening_runs.py",
          "test_bench.py")
 LAST = ("test_report.py", "test_abs_utils.py", "test_docs.py", "test_divergence_study.py", "test_gpu_call.py")
+# the report's unit tests, one file per module of reproduce/ beside test_report.py
+LAST += ("test_stats.py", "test_measures.py", "test_sections.py", "test_figures.py", "test_runs.py", "test_events.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -1,0 +1,229 @@
+"""Tests of reproduce/stats.py: the statistics on hand-made inputs, against hand values."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "reproduce"))
+import events  # noqa: E402
+import figures  # noqa: E402
+import runs  # noqa: E402
+import sections  # noqa: E402
+import stats  # noqa: E402
+
+
+def test_score_table_and_hns():
+    table = runs.load_atari_scores()
+    assert len(table) == 57
+    assert sum(s["atari10"] for s in table.values()) == 10
+    assert runs.benchmark_games("atari5", table) == ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]
+    b = table["Breakout"]  # random 1.7, human 30.5
+    assert (b["random"], b["human"]) == (1.7, 30.5)
+    np.testing.assert_allclose(stats.human_normalized_score([1.7, 30.5, 16.1, 59.3], 1.7, 30.5), [0, 1, 0.5, 2])
+    assert stats.human_normalized_score(-17.5, -18.6, -16.4) == pytest.approx(0.5)  # DoubleDunk-like, negative
+    assert runs.game_of("Breakout-v5") == runs.game_of("ALE/Breakout-v5") == "Breakout"
+    assert runs.game_of("HalfCheetah-v5") == "HalfCheetah"
+
+
+def test_iqm_known_answers():
+    assert stats.iqm(np.arange(8).reshape(2, 4)) == pytest.approx(3.5)  # drops 0,1 and 6,7
+    assert stats.iqm([[0, 1, 2, 100]]) == pytest.approx(1.5)  # an outlier does not move it
+    point = stats.aggregate(np.array([[0.0, 2.0], [1.0, 3.0]]))  # IQM, median, mean, optimality gap
+    np.testing.assert_allclose(point, [1.5, 1.5, 1.5, 1 - (0 + 1 + 1 + 1) / 4])
+
+
+def test_improvement_rate_and_early_late():
+    assert stats.improvement_rate(2.0, 1.0) == 1.0
+    assert stats.improvement_rate(1.0, -2.0) == 1.5  # |other| in the denominator
+    assert np.isnan(stats.improvement_rate(1.0, 0.0))
+    steps, values = np.arange(0, 1001, 100), np.arange(0, 1001, 100) / 10
+    assert stats.early_mean(steps, values, 1000) == 5.0  # steps 0, 100
+    assert stats.late_variance(steps, values, 1000) == 25.0  # values 90, 100
+    assert np.isnan(stats.late_variance(steps[:-1], values[:-1], 1000))  # one game in the window: no variance
+    assert stats.finite(np.mean, [1.0, np.nan, 3.0]) == 2.0
+    # Whole-run return: mean of the ten tenths' means. Tenth 1 holds steps 0, 50 (returns 0, 5: mean 2.5), tenths
+    # 2-10 one game each at steps 100, ..., 900 (returns 10, ..., 90); 1000 falls in the last tenth with 90.
+    steps = np.array([0, 50, *range(100, 1001, 100)])
+    values = steps / 10
+    tenths = [2.5, 10, 20, 30, 40, 50, 60, 70, 80, (90 + 100) / 2]
+    assert stats.curve_area(steps, values, 1000) == pytest.approx(sum(tenths) / 10)
+    assert stats.curve_area(steps, values, 1000) != pytest.approx(values.mean())  # not the mean over games
+    assert stats.curve_area([0, 950], [4.0, 8.0], 1000) == 6.0  # empty tenths are left out
+    assert np.isnan(stats.curve_area([], [], 1000))
+
+
+def test_late_variance_is_per_game_whatever_the_rollout_length(tmp_path):
+    """Identical per-game returns N(1000, 100^2) ending at the same rate, grouped into iterations of L = 64 / 32 / 16
+    (so 80 / 40 / 20 games share one step): one event per game gives equal late variances, the old per-iteration
+    mean gave a variance that shrinks with L."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rng = np.random.default_rng(1)
+    E, T = 8, 100_000
+    late, old = {}, {}
+    for L in (64, 32, 16):
+        steps = np.arange(E * L, T + 1, E * L)
+        steps = steps[steps >= 0.8 * T]  # only the late window matters here
+        games = rng.normal(1000.0, 100.0, size=(len(steps), L * 5 // 4))  # 0.15 games per environment step
+        w = SummaryWriter(str(tmp_path / f"L{L}"))
+        for step, g in zip(steps, games):
+            for x in g:
+                w.add_scalar("charts/episodic_return", x, step)
+        w.close()
+        s, v = events.load_scalars(tmp_path / f"L{L}", ["charts/episodic_return"])["charts/episodic_return"]
+        assert len(v) == games.size and np.all(np.diff(s) >= 0)  # every game kept, several per step
+        np.testing.assert_allclose(np.sort(v), np.sort(games.ravel().astype(np.float32)))
+        late[L] = stats.late_variance(s, v, T)
+        sel = steps >= 0.9 * T
+        old[L] = stats.late_variance(steps[sel], games[sel].mean(1), T)
+        assert (s >= 0.9 * T).sum() > 1400
+    for L in late:  # ~1500 games each: the sampling error of a variance is about 4%
+        assert late[L] == pytest.approx(100.0 ** 2, rel=0.2)
+    assert max(late.values()) / min(late.values()) < 1.3
+    assert old[16] / old[64] > 2.5  # the bias the per-game events remove: 1/20 vs 1/80 of the game variance
+
+
+def test_pairwise_wins_and_robust_improvement():
+    values = {("g1", "A"): 2.0, ("g1", "B"): 1.0, ("g2", "A"): 1.0, ("g2", "B"): 3.0, ("g3", "A"): 5.0,
+              ("g3", "B"): 5.0, ("g4", "A"): 1.0, ("g5", "B"): 1.0, ("g6", "A"): np.nan, ("g6", "B"): 1.0}
+    games = ["g1", "g2", "g3", "g4", "g5", "g6"]
+    assert stats.pairwise_wins(values, "A", "B", games) == (1, 3)  # g3 a tie, g4-g6 lack a value
+    assert stats.pairwise_wins(values, "B", "A", games) == (1, 3)
+    assert stats.pairwise_wins(values, "A", "B", games, min) == (1, 3)
+    # PrivateEye (random 24.9, human 69571.3): 300 vs 100 is +266% in the paper's form on HNS, 0.29% robust.
+    pe = runs.load_atari_scores()["PrivateEye"]
+    hns_a, hns_b = (stats.human_normalized_score(x, pe["random"], pe["human"]) for x in (300.0, 100.0))
+    assert stats.improvement_rate(hns_a, hns_b) == pytest.approx((300 - 100) / (100 - 24.9))
+    assert stats.robust_improvement(300.0, 100.0, pe["random"], pe["human"]) == pytest.approx(
+        200 / (69571.3 - 24.9))
+    # A baseline above the human score is its own denominator: (50 - 40) / (40 - 1.7) on Breakout-like numbers.
+    assert stats.robust_improvement(50.0, 40.0, 1.7, 30.5) == pytest.approx(10 / 38.3)
+    # Without a score table (MuJoCo): symmetric relative difference, bounded, NaN only when both are 0.
+    assert stats.robust_improvement(3600.0, 3000.0) == pytest.approx(600 / 3600)
+    assert stats.robust_improvement(-100.0, 100.0) == pytest.approx(-2.0)
+    assert np.isnan(stats.robust_improvement(0.0, 0.0))
+    assert stats.finite(np.median, [1.0, np.nan, 3.0, 10.0]) == 3.0
+
+
+def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
+    rng = np.random.default_rng(0)
+    games = rng.uniform(0.2, 2.0, size=5)
+    widths = {}
+    for n in (3, 30):
+        scores = games + rng.normal(0, 0.3, size=(n, 5))
+        point, ci = stats.bootstrap_ci({"x": scores}, reps=300, seed=1)
+        lo, hi = ci["x"]
+        assert np.all(lo <= point["x"] + 1e-12) and np.all(point["x"] <= hi + 1e-12)
+        np.testing.assert_allclose(point["x"][0], stats.iqm(scores))
+        widths[n] = hi - lo
+    assert np.all(widths[30] < widths[3])
+
+
+def test_bootstrap_ci_is_set_by_its_seed_alone():
+    # rliable resamples with NumPy's global generator: whatever drew from it before must not move the intervals,
+    # --seed must, and the caller's global stream must be left where it was.
+    scores = np.random.default_rng(3).normal(size=(6, 4))
+    cis = []
+    for before in (1, 2):
+        np.random.seed(before)
+        cis.append(stats.bootstrap_ci({"x": scores}, reps=200, seed=7)[1]["x"])
+        assert np.random.randint(1 << 30) == np.random.RandomState(before).randint(1 << 30)
+    np.testing.assert_array_equal(cis[0], cis[1])
+    other = stats.bootstrap_ci({"x": scores}, reps=200, seed=8)[1]["x"]
+    assert not np.array_equal(other, cis[0])
+
+
+def test_student_t_interval_by_hand():
+    # 1, 2, 4: mean 7/3 = 2.3333; deviations -4/3, -1/3, 5/3, squares sum 42/9 = 4.6667, s^2 = 4.6667 / 2 = 2.3333,
+    # s = 1.5275; t_{0.975, 2} = 4.3027 (t table, 2 df); half-width 4.3027 * 1.5275 / sqrt(3) = 3.7946.
+    mean, lo, hi = stats.t_interval([1.0, 2.0, 4.0])
+    assert mean == pytest.approx(2.3333, abs=1e-4)
+    assert (hi - mean, mean - lo) == (pytest.approx(3.7946, abs=1e-4), pytest.approx(3.7946, abs=1e-4))
+    assert (lo, hi) == (pytest.approx(-1.4613, abs=1e-4), pytest.approx(6.1279, abs=1e-4))
+    # Two values 100, 150: s = 35.355, t_{0.975, 1} = 12.706, half-width 12.706 * 35.355 / sqrt(2) = 317.65.
+    assert stats.t_interval([100.0, 150.0])[2] == pytest.approx(125 + 317.65, abs=0.01)
+    # n = 1: a mean and no interval, and the table says so.
+    mean, lo, hi = stats.t_interval([3600.0])
+    assert mean == 3600.0 and np.isnan(lo) and np.isnan(hi)
+    assert sections.t_text({1: 3600.0}) == "n = 1, no interval"
+    assert sections.t_text({1: 1.0, 2: 2.0, 3: 4.0}) == "[-1.461, 6.128]"
+    assert sections.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
+
+
+def test_welch_interval_by_hand():
+    # Equal sizes and spreads: a = 1, 2, 3 and b = 4, 5, 6 have s^2 = 1, v = s^2 / n = 1/3 each; diff -3,
+    # se = sqrt(2/3) = 0.8165, df = (2/3)^2 / ((1/3)^2 / 2 + (1/3)^2 / 2) = 4, t_{0.975, 4} = 2.7764: half 2.2669.
+    diff, lo, hi, df = stats.welch_interval([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert (diff, df) == (pytest.approx(-3.0), pytest.approx(4.0))
+    assert (lo, hi) == (pytest.approx(-5.2669, abs=1e-4), pytest.approx(-0.7331, abs=1e-4))
+    # Unequal: a = 0, 2 (mean 1, s^2 2, v 1), b = 0, 0, 6 (mean 2, s^2 12, v 4): diff -1, se = sqrt(5) = 2.2361,
+    # Welch-Satterthwaite df = (1 + 4)^2 / (1^2 / 1 + 4^2 / 2) = 25 / 9 = 2.7778 (a pooled t-test would have 3);
+    # t_{0.975, 25/9} = 3.3314: half-width 3.3314 * 2.2361 = 7.4493.
+    diff, lo, hi, df = stats.welch_interval([0.0, 2.0], [0.0, 0.0, 6.0])
+    assert (diff, df) == (pytest.approx(-1.0), pytest.approx(25 / 9))
+    assert (lo, hi) == (pytest.approx(-8.4493, abs=1e-4), pytest.approx(6.4493, abs=1e-4))
+    # One run on a side, or no spread on either: a difference and no interval.
+    assert np.isnan(stats.welch_interval([1.0], [2.0, 3.0])[1]) and stats.welch_interval([1.0], [2.0, 3.0])[0] == -1.5
+    diff, lo, hi, df = stats.welch_interval([25.0, 25.0], [6.25, 6.25])
+    assert diff == 18.75 and np.isnan(lo) and np.isnan(df)
+
+
+def test_exact_permutation_p_by_enumeration():
+    # 4, 5, 6 vs 1, 2, 3: of the C(6, 3) = 20 splits only the observed one and its mirror reach |diff| = 3.
+    assert stats.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 20, True)
+    # Overlap and ties: 1, 2, 3 vs 2, 3, 4, |diff| = 1. The pool 1, 2a, 2b, 3a, 3b, 4 sums to 15 and a split with
+    # group sum S has diff (2S - 15) / 3, so |diff| >= 1 iff S <= 6 or S >= 9. With the 1: {2a,2b} 5, {2a,3a} 6,
+    # {2a,3b} 6, {2b,3a} 6, {2b,3b} 6 (5 splits; {2a,4}, {2b,4} 7, {3a,3b} 7, {3a,4}, {3b,4} 8 do not); without it:
+    # {2a,3a,4}, {2a,3b,4}, {2b,3a,4}, {2b,3b,4} 9 and {3a,3b,4} 10 (5 splits; the other five sum to 7 or 8).
+    # p = 10 / 20 = 0.5.
+    assert stats.permutation_p([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == (pytest.approx(0.5), 20, True)
+    # Unequal sizes: 10, 11 vs 1, 2, 3: diff (5S - 54) / 6 for a pair summing to S; the observed S = 21 gives 8.5, the
+    # most negative S = 3 gives -6.5: only the observed split of C(5, 2) = 10 is as extreme, p = 0.1.
+    assert stats.permutation_p([10.0, 11.0], [1.0, 2.0, 3.0]) == (pytest.approx(0.1), 10, True)
+    # 200, 300 vs 100, 150 (C(4, 2) = 6): |diff| 125 for the observed split and its mirror, 75 and 25 for the others.
+    assert stats.permutation_p([200.0, 300.0], [100.0, 150.0])[0] == pytest.approx(1 / 3)
+    # Above the limit of enumerated relabellings a seeded sample is drawn instead: (1 + hits) / (1 + samples).
+    p, n, exact = stats.permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0], exact_limit=10, samples=2000)
+    assert not exact and n == 2000 and p == pytest.approx(0.1, abs=0.03)
+
+
+def test_smallest_possible_p_and_its_statement():
+    assert stats.min_permutation_p(3, 3) == pytest.approx(2 / 20)
+    assert stats.min_permutation_p(2, 3) == pytest.approx(1 / 10)
+    assert stats.min_permutation_p(3, 4) == pytest.approx(1 / 35)
+    assert stats.min_permutation_p(1, 1) == 1.0
+    assert sections.min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
+                                            "relabellings): no difference can reach p < 0.05")
+    assert sections.min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
+                                            "relabellings), below 0.05")
+    assert "no difference can reach" in sections.min_p_statement(1, 1)
+
+
+def test_tenth_means_and_rank_correlation_by_hand():
+    # steps <= 100 are the first tenth of 1,000 (values 1, 2, 3), steps >= 900 the last (4, 5)
+    assert stats.tenth_means([0, 50, 100, 500, 900, 1000], [1, 2, 3, 9, 4, 5], 1000) == (2.0, 4.5)
+    assert np.isnan(stats.tenth_means([500], [1.0], 1000)).all()  # no value in either tenth
+    assert stats.rank_correlation([1, 2, 3, 4], [0.9, 0.5, 0.2, 0.1]) == pytest.approx(-1.0)  # every one falls
+    assert stats.rank_correlation([1, 2, 3, 4], [0.1, 0.2, 0.5, 0.9]) == pytest.approx(1.0)
+    # ranks of [3, 1, 2] against 1, 2, 3: d = 2, -1, -1, rho = 1 - 6 * 6 / (3 * 8) = -0.5
+    assert stats.rank_correlation([1, 2, 3], [3.0, 1.0, 2.0]) == pytest.approx(-0.5)
+    assert np.isnan(stats.rank_correlation([1, 2], [2.0, 1.0]))  # fewer than 3 values
+    assert np.isnan(stats.rank_correlation([1, 2, 3], [0.5, 0.5, 0.5]))  # constant: no ranks to correlate
+
+
+def test_held_keeps_a_controller_value_until_the_next_measurement():
+    nan = float("nan")
+    got = stats.held(np.array([nan, 1.0, nan, nan, 3.0, nan, nan]), 5)
+    np.testing.assert_array_equal(got, [nan, 1.0, 1.0, 1.0, 3.0, 3.0, nan])  # nothing before the first or past 5
+    np.testing.assert_array_equal(stats.held(np.array([nan, nan]), 1), [nan, nan])
+    # curve_rows holds each run to its end, or to its last measurement where that is later (b: 800 > 500 steps);
+    # a run with an empty array of the tag is left out
+    def run(total, steps, values):
+        return runs.Run("A", Path("x"), "Hopper-v4", "Hopper", 1, 0.0, total, total,
+                        scalars={"adapt/num_steps": (np.array(steps, float), np.array(values, float))})
+    step, mean, lo, hi, n = figures.curve_rows([run(1000, [100, 900], [16, 20]), run(500, [300, 800], [32, 48]),
+                                                run(1000, [], [])], "adapt/num_steps", 10)
+    assert step.tolist() == [150.0, 250.0, 350.0, 450.0, 550.0, 650.0, 750.0, 850.0, 950.0]
+    assert n.tolist() == [1, 1, 2, 2, 2, 2, 2, 2, 1] and mean.tolist()[5] == 24.0 and mean.tolist()[7] == 32.0
