@@ -227,3 +227,93 @@ def test_held_keeps_a_controller_value_until_the_next_measurement():
                                                 run(1000, [], [])], "adapt/num_steps", 10)
     assert step.tolist() == [150.0, 250.0, 350.0, 450.0, 550.0, 650.0, 750.0, 850.0, 950.0]
     assert n.tolist() == [1, 1, 2, 2, 2, 2, 2, 2, 1] and mean.tolist()[5] == 24.0 and mean.tolist()[7] == 32.0
+
+
+def reference_permutation_p(a, b, exact_limit=stats.EXACT_RELABELLINGS, samples=stats.SAMPLED_RELABELLINGS, seed=0):
+    """permutation_p's definition, split by split: correctly rounded group sums (math.fsum) of every split, or of the
+    seeded draws above exact_limit."""
+    from itertools import combinations
+    from math import comb, fsum
+
+    x, na, nb = np.array([*a, *b], dtype=float), len(a), len(b)
+
+    def diff(idx):
+        mask = np.zeros(len(x), dtype=bool)
+        mask[list(idx)] = True
+        return fsum(x[mask]) / na - fsum(x[~mask]) / nb
+    observed = abs(diff(range(na)))
+    least = observed - 1e-12 * max(1.0, observed)
+    n = comb(na + nb, na)
+    if n <= exact_limit:
+        return sum(abs(diff(i)) >= least for i in combinations(range(len(x)), na)) / n, n, True
+    rng = np.random.default_rng(seed)
+    hits = sum(abs(diff(rng.permutation(len(x))[:na])) >= least for _ in range(samples))
+    return (1 + hits) / (1 + samples), samples, False
+
+
+def test_permutation_p_counts_ties_as_its_definition_does():
+    """The chunked float sums decide each split as the correctly rounded sums do: on pools where plain float sums of
+    different orders disagree (1e16 beside 1: 1e16 + 1 + 1 is 1e16 in order, 1e16 + 2 correctly rounded) and with
+    many equal values, p is the definition's exactly; so are the seeded draws above the limit."""
+    rng = np.random.default_rng(5)
+    pool = [1e16, -1e16, 1.0, 2.0, 0.5, 3.0, 0.1, 0.2, 0.3, 1e-3]
+    for _ in range(40):
+        na, nb = rng.integers(1, 7, size=2)
+        a, b = rng.choice(pool, na).tolist(), rng.choice(pool, nb).tolist()
+        assert stats.permutation_p(a, b) == reference_permutation_p(a, b), (a, b)
+    a, b = [1e16, 1.0, 1.0, 0.3], [1e16, 2.0, 0.0, 0.1, 0.2]
+    assert stats.permutation_p(a, b, exact_limit=10, samples=300, seed=3) == reference_permutation_p(
+        a, b, exact_limit=10, samples=300, seed=3)
+
+
+def test_permutation_p_of_10_vs_10_runs_by_every_split():
+    """10 vs 10 runs (the 10-seed MuJoCo grid): all C(20, 10) = 184,756 splits. Integer returns make the check
+    independent of float sums: a split with first-group sum S has difference of means (2 S - T) / 10 (T: the pooled
+    sum), so it counts when |2 S - T| >= |2 S_observed - T|. The splits are the subsets of ten of the 20 runs: the
+    sums and sizes of all 2^20 subsets, built one run at a time (each subset without it, then with it)."""
+    a = [3561, 3438, 3665, 2900, 3120, 3702, 3390, 3015, 3544, 3281]
+    b = [2988, 3105, 2850, 3311, 2790, 3050, 2975, 3202, 2899, 3140]
+    sums, sizes = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    for x in a + b:
+        sums, sizes = np.concatenate([sums, sums + x]), np.concatenate([sizes, sizes + 1])
+    assert np.sum(sizes == 10) == 184_756
+    t = sum(a) + sum(b)
+    hits = np.sum(np.abs(2 * sums[sizes == 10] - t) >= abs(2 * sum(a) - t))
+    p, n, exact = stats.permutation_p(a, b)
+    assert (n, exact) == (184_756, True) and p == hits / 184_756
+    assert 0 < p < 0.01  # the ten PPO+ABS-like returns lie above most of the others
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.03, 0.04 (m = 3): 3 x 0.01 = 0.03; 2 x 0.03 = 0.06; 1 x 0.04 = 0.04, raised to the 0.06 before
+    # it (step-down: an adjusted p never falls below a smaller p's); given back in the input order
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # m = 4: 4 x 0.01 = 0.04, 3 x 0.02 = 0.06, 2 x 0.03 = 0.06, 1 x 0.5 = 0.5
+    assert stats.holm([0.02, 0.5, 0.01, 0.03]) == pytest.approx([0.06, 0.5, 0.04, 0.06])
+    # capped at 1: 3 x 0.3 = 0.9, 2 x 0.6 = 1.2 -> 1, 1 x 0.9 = 0.9 -> 1 (the running maximum)
+    assert stats.holm([0.3, 0.6, 0.9]) == pytest.approx([0.9, 1.0, 1.0])
+    assert stats.holm([0.01, 0.01]) == pytest.approx([0.02, 0.02])  # ties: 2 x 0.01, then max(0.02, 0.01)
+    assert stats.holm([0.2]) == [0.2] and stats.holm([]) == []
+    # never above Bonferroni's min(1, m p), never below p
+    p = np.random.default_rng(0).uniform(size=7)
+    adjusted = np.array(stats.holm(p))
+    assert np.all(adjusted <= np.minimum(1, 7 * p) + 1e-15) and np.all(adjusted >= p)
+    for bad in ([0.1, 1.5], [float("nan")], [-0.1]):
+        with pytest.raises(ValueError, match=r"holm: p-values must lie in \[0, 1\]"):
+            stats.holm(bad)
+
+
+def test_hedges_g_by_hand():
+    # 1, 2, 3 vs 4, 5, 6: difference -3, pooled s^2 = (2 x 1 + 2 x 1) / 4 = 1; correction 1 - 3 / (4 x 6 - 9) = 0.8
+    assert stats.hedges_g([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(-2.4)
+    assert stats.hedges_g([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(2.4)
+    # 0, 2 (mean 1, squares 2) vs 0, 0, 6 (mean 2, squares 4 + 4 + 16 = 24): pooled s^2 = 26 / 3, s = 2.94392;
+    # -1 / 2.94392 = -0.339683, times 1 - 3 / 11 = 8 / 11: -0.247042
+    assert stats.hedges_g([0.0, 2.0], [0.0, 0.0, 6.0]) == pytest.approx(-0.247042, abs=1e-6)
+    # one value on a side: the pooled s from the other side alone (1, 3, 2: squares 2, df 2, s = 1); difference
+    # 5 - 2 = 3, correction 1 - 3 / (16 - 9) = 4 / 7
+    assert stats.hedges_g([5.0], [1.0, 3.0, 2.0]) == pytest.approx(3 * 4 / 7)
+    # undefined: a side empty, fewer than 4 values (df 1: the correction would be 1 - 3 / 3 = 0), no spread
+    for a, b in (([], [1.0, 2.0]), ([1.0], [2.0]), ([5.0], [1.0, 3.0]), ([1.0, 1.0], [1.0, 1.0]),
+                 ([5.0, 5.0], [3.0, 3.0])):
+        assert np.isnan(stats.hedges_g(a, b)), (a, b)
