@@ -17,17 +17,21 @@ With --budget the whole benchmark keeps to a number of seconds: each run gets it
 run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
 with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
 its SPS events count, its peak CUDA memory, logged only at a normal end, is missing; SIGKILL 60 s after
-the SIGTERM, or after the share if the loop has not started by then).
-A run stopped so gives the next round's run of that variant 85% of the steps it reached, so later rounds
-end normally within their share. A run that would start with less than half its share left is skipped.
+the SIGTERM, or after the share if the loop has not started by then). A run whose loop has printed its last
+step is not sent SIGTERM: it is in its end-of-run work, and is left to end (SIGKILL 60 s after the share).
+A stopped run that printed progress keeps a speed whatever its exit: its SPS events, or, where a hard stop
+left none on disk, its last progress line (steps and SPS, no phase split).
+A run stopped short of its steps gives the next round's run of that variant 85% of the steps it reached, so
+later rounds end normally within their share. A run that would start with less than half its share left is
+skipped.
 An environment-only row (random actions through the same envpool setup) is the ceiling.
 Writes bench/results.md and bench/results.json (or --out DIR).
 """
-import argparse
 import json
 import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -39,7 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check
+sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check and parser
+from cli import Parser  # noqa: E402
 from runs import out_problem  # noqa: E402
 
 GROUPS = ("pqn", "ppo", "ppo-atari", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
@@ -140,28 +145,45 @@ def with_steps(words: list[str], steps: int) -> list[str]:
     return words
 
 
+PROGRESS = re.compile(r"^step (\d+)/(\d+)(?: \(stop at (\d+)\))? \| SPS (\d+)", re.M)
+
+
+def last_progress(log: str) -> tuple[int, int, bool] | None:
+    """(step, SPS, whether the loop has reached its last step) of the last progress line a script printed
+    ('step 2048/10000 (stop at 4096) | SPS 312 | ...', abs_utils' Run.progress), or None before the first."""
+    lines = PROGRESS.findall(log)
+    if not lines:
+        return None
+    step, total, stop, sps = lines[-1]
+    return int(step), int(sps), int(step) >= int(stop or total)
+
+
 def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit: float | None = None,
                 kill_after: float = 60.0) -> dict:
     """One training process; its SPS, phase split, peak RSS (wait4 of that very child) and storage.
-    With time_limit, the process gets SIGTERM after that many seconds (the scripts checkpoint and exit 143;
-    SIGKILL kill_after seconds later) and the row counts with the steps it reached."""
+    With time_limit, the process gets SIGTERM after that many seconds once its training loop has printed progress
+    and while it has not printed its last step (the scripts checkpoint and exit 143; SIGKILL kill_after seconds
+    later), and the row counts with the steps it reached."""
     cmd = [sys.executable, script, *flags, *shlex.split(extra), "--eval-episodes", "0",
            "--checkpoint-every", "0", "--output-dir", str(out), "--run-name", "bench"]
     t0 = time.time()
     log = open(out / "log.txt", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    stopped, term_at = False, None
+    stopped, term_at, step_at_term = False, None, None
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG if time_limit else 0)
         if pid:
             break
         elapsed = time.time() - t0
-        # SIGTERM only once the training loop runs (its first progress line): the scripts' handler is set by then.
-        if term_at is None and elapsed > time_limit and "step " in (out / "log.txt").read_text():
+        # SIGTERM only once the training loop runs (its first progress line): the scripts' handler is set by then;
+        # and not after its last step: the run is then in its end-of-run work, with its speed already logged.
+        text = (out / "log.txt").read_text(errors="replace")
+        progress = last_progress(text)
+        if term_at is None and elapsed > time_limit and "step " in text and not (progress and progress[2]):
             proc.send_signal(signal.SIGTERM)
-            stopped, term_at = True, elapsed
+            stopped, term_at, step_at_term = True, elapsed, progress and progress[0]
         # SIGKILL kill_after seconds after the SIGTERM (the iteration under way, a compilation too, may end), or
-        # after the limit if the loop never started
+        # after the limit if the loop never started or had ended
         elif elapsed > (term_at if term_at is not None else time_limit) + kill_after:
             proc.kill()
             stopped = True
@@ -171,14 +193,25 @@ def run_variant(script: str, flags: list[str], out: Path, extra: str, time_limit
     row = {"command": shlex.join(["python", script, *flags, *shlex.split(extra)]),
            "returncode": proc.returncode, "wall_seconds": time.time() - t0,
            "peak_rss_mb": usage.ru_maxrss / 1024, "stopped": stopped}
-    tags = scalars(out / "bench") if proc.returncode == 0 or stopped and proc.returncode == 128 + signal.SIGTERM else {}
+    if term_at is not None:
+        row["term_seconds"], row["step_at_term"] = term_at, step_at_term
+    # A stopped run counts whatever its exit (143, or a signal's default action during its end-of-run work).
+    tags = scalars(out / "bench") if proc.returncode == 0 or stopped else {}
+    log_text = (out / "log.txt").read_text(errors="replace")
     if "charts/SPS" not in tags:
-        row["error"] = (out / "log.txt").read_text()[-800:]
+        progress = last_progress(log_text) if stopped else None
+        if progress is None:
+            row["error"] = log_text[-800:]
+            return row
+        # a hard stop before the events were flushed: the speed the run printed (no phase split)
+        row["steps"], row["sps"] = progress[0], float(progress[1])
+        row["steady_sps"], row["phases"], row["speed_from"] = row["sps"], {}, "log"
         return row
     row["steps"] = tags["charts/SPS"][-1][0]
     row["sps"] = tags["charts/SPS"][-1][1]
     row["steady_sps"] = steady_sps(tags["charts/SPS"]) or row["sps"]
     row["phases"] = {t.split("/")[1]: tags[t][-1][1] for t in PERF_TAGS if t in tags}
+    row["speed_from"] = "events"
     for tag in ("perf/storage_bytes", "perf/cuda_peak_bytes"):
         if tag in tags:
             row[tag.split("/")[1]] = tags[tag][-1][1]
@@ -230,6 +263,8 @@ def summarize(group_rows: list[list[dict]]) -> list[dict]:
 
 
 def phase_split(phases: dict) -> str:
+    if not phases:  # a speed read from the run's log (stopped before its events were written)
+        return "-"
     total = sum(phases.values()) or 1.0
     return ", ".join(f"{k.replace('_seconds', '')} {100 * v / total:.0f}%" for k, v in phases.items())
 
@@ -263,13 +298,6 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
-
-    def error(self, message):
-        self.exit(2, f"throughput.py: error: {message} (throughput.py --help for the options)\n")
-
-
 def input_problem(args) -> str | None:
     """The first flag outside its domain, as one line naming it and what it takes, or None. Checked before any
     run starts: a bad --out or --extra-args found after the runs would throw their minutes away."""
@@ -300,7 +328,7 @@ def log_tail(path: Path, n: int = 10) -> str:
 
 
 def main(argv=None):
-    p = _Parser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0], name="throughput.py")
     p.add_argument("--quick", action="store_true", help="small settings that finish in minutes on 2 CPU cores")
     p.add_argument("--rounds", type=int, help="alternation rounds (default: 2 quick, 3 full)")
     p.add_argument("--groups", nargs="+", choices=GROUPS,
@@ -358,7 +386,8 @@ def main(argv=None):
                     row = run_variant(script, words[g][i], out, args.extra_args, limit)
                     row["name"] = name
                     measured[g][i].append(row)
-                    if row["stopped"] and row.get("steps"):  # the next round ends normally, within its share
+                    total = int(words[g][i][words[g][i].index("--total-timesteps") + 1])
+                    if row["stopped"] and 0 < row.get("steps", 0) < total:  # the next round ends within its share
                         words[g][i] = with_steps(words[g][i], max(1, int(0.85 * row["steps"])))
                     if args.keep_logs:
                         shutil.copy(out / "log.txt", Path(args.keep_logs) / f"{g}{i}_{rnd}.log")
