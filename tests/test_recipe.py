@@ -1,0 +1,383 @@
+"""docs/adding-abs.md, run: the page's code blocks, assembled into a CleanRL-shaped PPO loop on a small Gaussian policy
+and a real MuJoCo env (Hopper-v5, 2 envs, L in [8, 32]), train for a few hundred steps with L moving; the schedule
+they give is compared with abs_ppo_mujoco.py's own functions, iteration by iteration and over random configurations.
+
+The page marks each block with `<!-- recipe: NAME -->`; a line `...  # CleanRL: what, unchanged` in a block stands for
+CleanRL's own lines, which this file supplies (SLOTS: written here, not copied, and doing what CleanRL's do). A block
+renamed, removed or broken on the page fails these tests.
+"""
+import ast
+import dataclasses
+import importlib.util
+import random
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "adding-abs.md"
+sys.path.insert(0, str(ROOT))  # the script imports abs_utils beside it
+_spec = importlib.util.spec_from_file_location("abs_ppo_mujoco", ROOT / "abs_ppo_mujoco.py")
+ppo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ppo)
+
+BLOCK = re.compile(r"<!-- recipe: ([a-z-]+) -->\n```python\n(.*?)\n```", re.S)
+ORDER = ["schedule", "imports", "flags", "agent", "divergence", "setup", "loop-top", "rollout", "update", "measure"]
+SLOT = re.compile(r"^( *)\.\.\.  # CleanRL: ([^,(]+?)(?:,| \(|$).*$", re.M)
+
+# CleanRL's unchanged lines at each `...` of the page, with what the test records (trace.*) added.
+SLOTS = {
+    "start the game": """
+        global_step = 0
+        next_obs, _ = envs.reset(seed=args.seed)
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        next_done = torch.zeros(args.num_envs, device=device)
+        """,
+    "one env step": """
+        global_step += args.num_envs
+        obs[step] = next_obs
+        dones[step] = next_done
+        with torch.no_grad():
+            action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+        actions[step] = action
+        logprobs[step] = logprob
+        next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+        rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device).view(-1)
+        next_done = torch.as_tensor(np.logical_or(terminations, truncations), dtype=torch.float32, device=device)
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        trace.step(obs[step], actions[step], logprobs[step], values[step], rewards[step], next_done)
+        trace.bootstrap(agent, next_obs)
+        """,
+    "one minibatch's losses and optimizer step": """
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+        ratio = (newlogprob - b_logprobs[mb_inds]).exp()
+        mb_advantages = b_advantages[mb_inds]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(-mb_advantages * ratio, -mb_advantages * clipped).mean()
+        v_loss = 0.5 * ((newvalue.view(-1) - b_returns[mb_inds]) ** 2).mean()
+        loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
+        """,
+    "the iteration's logging": """
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        trace.iteration(global_step, optimizer, agent, next_obs, next_done, scheduler,
+                        b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)
+        """,
+}
+
+HARNESS = '''
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.distributions.normal import Normal
+
+{imports}
+
+
+{schedule}
+
+
+@dataclass
+class Args:  # CleanRL's flags that the loop reads (its defaults), then the page's
+    seed: int = 1
+    env_id: str = "Hopper-v5"
+    total_timesteps: int = 1000000
+    learning_rate: float = 3e-4
+    num_envs: int = 1
+    num_steps: int = 2048
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 32
+    update_epochs: int = 10
+    norm_adv: bool = True
+    clip_coef: float = 0.2
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+{flags}
+
+
+class Agent(nn.Module):  # CleanRL's shape (separate actor and critic, state-independent log-std), 16 units
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+        self.critic = nn.Sequential(nn.Linear(obs_dim, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.actor_mean = nn.Sequential(nn.Linear(obs_dim, 16), nn.Tanh(), nn.Linear(16, act_dim))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action_and_value(self, x, action=None):
+        action_mean = self.actor_mean(x)
+        probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp())
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+{agent}
+
+
+{divergence}
+
+
+def train(args, envs, writer, trace, device=torch.device("cpu")):
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+{loop}
+    return agent, snapshot, scheduler, global_step
+'''
+
+
+def page_blocks() -> dict:
+    found = BLOCK.findall(PAGE.read_text(encoding="utf-8"))
+    assert [name for name, _ in found] == ORDER, [name for name, _ in found]
+    return dict(found)
+
+
+def fill_slots(code: str) -> str:
+    """The block with each `...  # CleanRL: what` line replaced by SLOTS[what], at its indentation."""
+    def replace(m):
+        assert m.group(2) in SLOTS, f"adding-abs.md: no stand-in for CleanRL's {m.group(2)!r}"
+        return textwrap.indent(textwrap.dedent(SLOTS[m.group(2)]).strip("\n"), m.group(1))
+    return SLOT.sub(replace, code)
+
+
+def assemble() -> str:
+    b = page_blocks()
+    loop = "\n".join(fill_slots(b[name]) for name in ("setup", "loop-top", "rollout", "update", "measure"))
+    return HARNESS.format(imports=b["imports"], schedule=b["schedule"], flags=b["flags"], agent=b["agent"],
+                          divergence=b["divergence"], loop=textwrap.indent(loop, "    "))
+
+
+def recipe_module() -> dict:
+    namespace = {"__name__": "recipe"}
+    exec(compile(assemble(), "docs/adding-abs.md (assembled by tests/test_recipe.py)", "exec"), namespace)
+    return namespace
+
+
+class Trace:
+    """What each iteration of the assembled loop did, read from the data it handled, not from the page's names: the
+    rows it collected, the advantages against abs_ppo_mujoco.gae, the learning rate, the gradient steps (Adam's
+    count), and every measurement the scheduler received."""
+
+    def __init__(self, args):
+        self.args, self.rows, self.iterations, self.kls = args, [], [], []
+
+    def step(self, *row):
+        self.rows.append([x.clone() for x in row])
+
+    @torch.no_grad()
+    def bootstrap(self, agent, next_obs):  # the value after the latest step, by the policy that collected it
+        self.last_value = agent.get_value(next_obs).reshape(-1)
+
+    def iteration(self, global_step, optimizer, agent, next_obs, next_done, scheduler, b_obs, b_actions, b_logprobs,
+                  b_values, b_advantages, b_returns):
+        L, E = len(self.rows), self.args.num_envs
+        obs, actions, logprobs, values, rewards, ended = (torch.stack(x) for x in zip(*self.rows))
+        # the batch is this rollout's rows, every buffer of it (no stale row from a longer iteration)
+        for batch, rows in ((b_obs, obs), (b_actions, actions), (b_logprobs, logprobs), (b_values, values)):
+            assert torch.equal(batch, rows.reshape(batch.shape)), "a batch holds rows this iteration did not collect"
+        # GAE over these L rows, bootstrapped with the value after the last one
+        expected = ppo.gae(rewards, values, ended, self.last_value, self.args.gamma, self.args.gae_lambda)
+        torch.testing.assert_close(b_advantages, expected.reshape(-1), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b_returns, (expected + values).reshape(-1), rtol=1e-5, atol=1e-6)
+        adam_steps = int(optimizer.state[next(agent.parameters())]["step"])
+        done_before = sum(it["gradient_steps"] for it in self.iterations)
+        self.iterations.append({"L": L, "start": global_step - L * E, "lr": optimizer.param_groups[0]["lr"],
+                                "gradient_steps": adam_steps - done_before,
+                                "measured": scheduler.num_measurements > len(self.kls)})
+        if self.iterations[-1]["measured"]:
+            self.kls.append(scheduler.history[-1])
+        self.rows = []
+
+
+def run_recipe(tmp_path, **overrides):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    recipe = recipe_module()
+    args = recipe["Args"](**overrides)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(args.env_id) for _ in range(args.num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    writer, trace = SummaryWriter(str(tmp_path)), Trace(args)
+    agent, snapshot, scheduler, global_step = recipe["train"](args, envs, writer, trace)
+    writer.close()
+    envs.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    acc.Reload()
+    events = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return args, trace, events, global_step, recipe
+
+
+# Hopper-v5 (3 action dimensions), L in [8, 32] in multiples of 4, K = 3, W = burn-in = 2, a fast EMA, and bounds
+# that this policy's KL falls between, so that L moves within a few hundred steps.
+TINY = dict(env_id="Hopper-v5", num_envs=2, total_timesteps=600, num_steps_min=8, num_steps_max=32, num_minibatches=4,
+            adapt_freq=3, window=2, ema_beta=0.5, kl_low=1e-6, kl_high=1e-2, ref_batch_size=24, update_epochs=2,
+            epochs_ref_steps=16)
+
+
+@pytest.fixture(scope="module")
+def abs_run(tmp_path_factory):
+    return run_recipe(tmp_path_factory.mktemp("recipe"), **TINY)
+
+
+def test_the_assembled_loop_measures_first_at_the_kth_iteration_and_l_moves(abs_run):
+    args, trace, events, global_step, _ = abs_run
+    its = trace.iterations
+    K, E = args.adapt_freq, args.num_envs
+    assert [i for i, it in enumerate(its) if it["measured"]] == [i for i in range(len(its)) if (i + 1) % K == 0]
+    first = [step for step, _ in events["adapt/kl"]][0]
+    assert first == sum(it["L"] for it in its[:K]) * E == K * 8 * E  # after the K-th iteration, at L_min
+    assert len({it["L"] for it in its}) >= 3, [it["L"] for it in its]  # L moved, and more than once
+    assert args.total_timesteps <= global_step < args.total_timesteps + E * args.num_steps_max  # steps, not iterations
+    assert [it["start"] for it in its] == [sum(x["L"] for x in its[:i]) * E for i in range(len(its))]
+
+
+def test_the_assembled_loop_follows_the_scripts_schedule_iteration_by_iteration(abs_run):
+    """L, the epochs (counted as Adam's steps) and the learning rate of every iteration are what abs_ppo_mujoco.py's
+    own ABSScheduler, update_epochs_for and learning_rate_at give for the same measurements."""
+    args, trace, events, _, _ = abs_run
+    script = ppo.ABSScheduler(args.num_steps_min, args.num_steps_max, args.window, args.ema_beta, args.kl_low,
+                              args.kl_high, "log", args.burn_in, multiple=args.num_minibatches)
+    kls = iter(trace.kls)
+    for i, it in enumerate(trace.iterations):
+        epochs = ppo.update_epochs_for(script.num_steps, args.update_epochs, args.epochs_ref_steps,
+                                       args.min_update_epochs)
+        assert it["L"] == script.num_steps, i
+        assert it["gradient_steps"] == epochs * args.num_minibatches, i
+        assert it["lr"] == pytest.approx(ppo.learning_rate_at(args.learning_rate, it["start"], args.total_timesteps,
+                                                              True), rel=1e-12, abs=0), i
+        if ppo.measures_in(i, args.adapt_freq):
+            script.update(next(kls))
+    assert next(kls, None) is None
+    # what the page logs at each measurement: the KL it measured, and the L and epochs of the next iteration
+    measured = [i for i, it in enumerate(trace.iterations) if it["measured"]]
+    assert [v for _, v in events["adapt/kl"]] == pytest.approx(trace.kls, rel=1e-6)
+    logged_L = [int(v) for _, v in events["adapt/num_steps"]]
+    assert len(logged_L) == len(measured)
+    assert [logged_L[j] for j, i in enumerate(measured) if i + 1 < len(trace.iterations)] == \
+        [trace.iterations[i + 1]["L"] for i in measured if i + 1 < len(trace.iterations)]
+    assert [int(v) for _, v in events["adapt/batch_size"]] == [L * args.num_envs for L in logged_L]
+    assert [int(v) for _, v in events["adapt/update_epochs"]] == [
+        ppo.update_epochs_for(L, args.update_epochs, args.epochs_ref_steps, args.min_update_epochs) for L in logged_L]
+
+
+def test_the_pages_tags_are_the_scripts(abs_run):
+    """The adapt/* tags the page writes are those abs_ppo_mujoco.py writes in its KL mode (less delta_ESS)."""
+    _, _, events, _, _ = abs_run
+    adapt = {tag for tag in events if tag.startswith("adapt/")}
+    source = (ROOT / "abs_ppo_mujoco.py").read_text(encoding="utf-8")
+    assert adapt == {"adapt/kl", "adapt/kl_mean", "adapt/num_steps", "adapt/batch_size", "adapt/update_epochs"}
+    assert all(f'"{tag}"' in source for tag in adapt)
+
+
+def test_no_adapt_with_track_divergence_keeps_l_and_still_measures(tmp_path):
+    args, trace, events, _, _ = run_recipe(tmp_path, **{**TINY, "adapt": False, "track_divergence": True,
+                                                         "num_steps": 16, "total_timesteps": 300})
+    assert {it["L"] for it in trace.iterations} == {16}  # --num-steps, not rounded, whatever the KL
+    assert [i for i, it in enumerate(trace.iterations) if it["measured"]] == \
+        [i for i in range(len(trace.iterations)) if (i + 1) % args.adapt_freq == 0] and trace.kls
+    assert {v for _, v in events["adapt/num_steps"]} == {16}
+    assert [v for _, v in events["adapt/kl_mean"]] == pytest.approx(
+        [np.mean(trace.kls[max(0, j + 1 - args.window): j + 1]) for j in range(len(trace.kls))], rel=1e-6)
+
+
+def test_the_pages_schedule_is_the_scripts_over_random_configurations():
+    """The page's ABSScheduler, epoch rule and measurement test give abs_ppo_mujoco.py's L (float and rounded),
+    window mean and epochs after every measurement, over 300 random configurations, both schedules, with and
+    without a burn-in of its own, and through a state_dict round trip."""
+    recipe, rng = recipe_module(), random.Random(0)
+    configs = 0
+    while configs < 300:
+        multiple = rng.choice([1, 1, 2, 4, 8, 32, 64])
+        L_min = rng.randint(1, 4096)
+        L_max = rng.randint(L_min, 16 * L_min)
+        lo, hi = ppo.multiples_in(L_min, L_max, multiple)
+        if lo > hi:  # the scripts refuse such flags (flag_problems)
+            continue
+        delta_min = 10 ** rng.uniform(-6, -1)
+        config = (L_min, L_max, rng.randint(1, 20), rng.choice([0.1, rng.uniform(0.01, 1.0)]), delta_min,
+                  delta_min * 10 ** rng.uniform(0.1, 3), rng.choice(["log", "linear"]),
+                  rng.choice([None, rng.randint(1, 25)]))
+        mine, theirs = recipe["ABSScheduler"](*config, multiple=multiple), ppo.ABSScheduler(*config, multiple=multiple)
+        base, ref = rng.randint(1, 20), rng.randint(1, 4096)
+        for n in range(rng.randint(1, 60)):
+            delta = config[4] * 10 ** rng.uniform(-1.5, 4)
+            if rng.random() < 0.1:  # --no-adapt --track-divergence
+                mine.record(delta), theirs.record(delta)
+            else:
+                assert mine.update(delta) == theirs.update(delta), config
+            assert (mine.L, mine.num_steps, mine.delta_bar) == (theirs.L, theirs.num_steps, theirs.delta_bar), config
+            assert lo <= mine.num_steps <= hi and mine.num_steps % multiple == 0
+            assert recipe["update_epochs_for"](mine.num_steps, base, ref) == \
+                ppo.update_epochs_for(theirs.num_steps, base, ref), (config, base, ref)
+            if n == 5:
+                restored = recipe["ABSScheduler"](*config, multiple=multiple)
+                restored.load_state_dict(mine.state_dict())
+                assert restored.state_dict() == theirs.state_dict()
+                mine = restored
+        K = rng.randint(1, 50)
+        assert [recipe["measures_in"](i, K) for i in range(120)] == [ppo.measures_in(i, K) for i in range(120)]
+        configs += 1
+
+
+def test_the_pages_kl_is_the_scripts_summed_over_action_dimensions():
+    """On two random agents of abs_ppo_mujoco.py's own shape (Hopper's 11 observations, 3 actions): the page's
+    Agent.policy and behavioral_divergence give the script's, which is the KL of the joint Gaussian (torch's), 3 times
+    the mean over the action dimensions."""
+    from torch.distributions import Independent, Normal, kl_divergence
+
+    recipe = recipe_module()
+    torch.manual_seed(0)
+    new, old = ppo.Agent(11, 3), ppo.Agent(11, 3)
+    with torch.no_grad():
+        old.actor_logstd.add_(0.3)
+    states = torch.randn(256, 11)
+    policy = recipe["Agent"].policy  # the page's method, on the script's agent
+    for agent in (new, old):
+        torch.testing.assert_close(policy(agent, states), agent.policy(states), rtol=0, atol=0)
+    kl = recipe["behavioral_divergence"](new, old, states)
+    assert kl == ppo.behavioral_divergence(new, old, states) == ppo.policy_divergences(new, old, states,
+                                                                                       torch.zeros(256, 3))[0]
+    joint = kl_divergence(Independent(Normal(*new.policy(states)), 1), Independent(Normal(*old.policy(states)), 1))
+    assert kl == pytest.approx(joint.mean().item(), rel=1e-5) and kl > 0
+    per_dimension = recipe["gaussian_kl"](*new.policy(states), *old.policy(states)) / 3
+    assert kl == pytest.approx(3 * per_dimension.mean().item(), rel=1e-6)
+
+
+def test_the_pages_flags_are_the_scripts_with_its_defaults():
+    """Every flag the page adds is a flag of abs_ppo_mujoco.py with the same default (the MuJoCo bounds, K, W, M)."""
+    body = ast.parse("class Args:\n" + page_blocks()["flags"]).body[0].body
+    page = {node.target.id: ast.literal_eval(node.value) for node in body if isinstance(node, ast.AnnAssign)}
+    script = {f.name: f.default for f in dataclasses.fields(ppo.Args)}
+    assert {name: script.get(name, "missing") for name in page} == page
+    assert {"num_steps_min", "num_steps_max", "adapt_freq", "window", "kl_low", "kl_high",
+            "ref_batch_size"} <= set(page)
+    for name in ("num_steps", "update_epochs", "num_minibatches", "learning_rate"):  # CleanRL's, that the rule reads
+        assert name not in page and name in script
+
+
+def test_every_cleanrl_stand_in_is_used_once():
+    used = [m.group(2) for name, code in page_blocks().items() for m in SLOT.finditer(code)]
+    assert sorted(used) == sorted(SLOTS), used
