@@ -12,7 +12,7 @@ for ablations.
 
 Reading order: Args; the paper's method (the ABS schedule and divergence, then BTR: replay, network, targets,
 update, exploration); this script's flag checks and evaluation; the training loop at the bottom. The run machinery
-(flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a copy of this script takes
+(flag parsing, resume, checkpoints, logging, result files) is in abs_utils/, which a copy of this script takes
 along.
 """
 import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below

@@ -11,7 +11,7 @@ this script was written from.
     python abs_ppo_atari.py --env-id Breakout-v5 --seed 1     # --help lists every flag
 
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks
-and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
+and evaluation; the training loop at the bottom. The run machinery is in abs_utils/ (copy both).
 """
 import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
 

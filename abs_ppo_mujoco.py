@@ -10,7 +10,7 @@ of the ratios pi_new / pi_old at the actions the old policy took (docs/study-muj
     python abs_ppo_mujoco.py --env-id HalfCheetah-v4 --seed 1     # --help lists every flag
 
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks,
-normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils.py (copy both).
+normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils/ (copy both).
 """
 import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
 

@@ -9,7 +9,7 @@ baselines (Small 16, Vanilla 32, Large 64).
     python gns_pqn_atari.py --env-id Breakout-v5 --seed 1     # --help lists every flag
 
 Reading order: Args; the GNS schedule, then PQN; this script's flag checks and evaluation; the training loop at
-the bottom. The run machinery (flag parsing, resume, checkpoints, logging, result files) is in abs_utils.py, which a
+the bottom. The run machinery (flag parsing, resume, checkpoints, logging, result files) is in abs_utils/, which a
 copy of this script takes along.
 """
 import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below

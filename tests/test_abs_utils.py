@@ -1,4 +1,4 @@
-"""Tests of abs_utils.py, the run machinery every script imports: flag checks and parsing, resume with the
+"""Tests of abs_utils, the run machinery every script imports: flag checks and parsing, resume with the
 checkpoint's flags, weights-only checkpoint loading, RNG state, the Run (directory, writer, timing, progress,
 checkpoints, signals, the non-finite stop, results). The scripts' own tests run it end to end on real environments."""
 import argparse
@@ -323,7 +323,7 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
 
 def test_sps_interval_is_the_rate_since_the_previous_perf_log(tmp_path, monkeypatch):
     now = [100.0]
-    monkeypatch.setattr(U.time, "time", lambda: now[0])
+    monkeypatch.setattr(time, "time", lambda: now[0])
     run = new_run(tmp_path)
     run.begin(1000)  # a resumed run's first interval starts at its checkpoint's step
     now[0] = 110.0
@@ -655,7 +655,7 @@ def test_a_signal_outside_the_loop_is_one_line_and_exit_128_plus_n(tmp_path, cap
     """Before a resumed run's loop the checkpoint is untouched; after training (the evaluation) it is saved and a
     resume evaluates again. (The scripts' own processes: tests/test_hardening_runs.py.)"""
     exits = []
-    monkeypatch.setattr(U, "_exit", exits.append)  # the handler ends the process at once; here it only records
+    monkeypatch.setattr(U.signals, "_exit", exits.append)  # the handler ends the process at once; here it only records
     saved = Args(run_name="r", total_timesteps=640)
     ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved, global_step=320)
     args, checkpoint = parse(["--resume", ckpt])
@@ -724,7 +724,7 @@ def test_an_earlier_result_at_the_same_step_is_never_overwritten(tmp_path, capsy
     (tmp_path / "r" / "eval_results_at_320.json").write_text("first")
     write_result(tmp_path / "r", 320)
     run = U.Run(*parse(["--resume", ckpt]), SCRIPT, phases=("env",))
-    run._keep_earlier_result(320)
+    U.run.keep_earlier_result(run.dir, 320)
     assert (tmp_path / "r" / "eval_results_at_320.json").read_text() == "first"
     assert json.loads((tmp_path / "r" / "eval_results_at_320_2.json").read_text())["global_step"] == 320
     assert not (tmp_path / "r" / "eval_results.json").exists()

@@ -77,7 +77,7 @@ def imported(path: Path) -> set[str]:
 def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
     """module -> the files that import it, over the files and the repository's modules they import in turn
     (found beside the importing file, in the repository's root or in reproduce/, which bench/throughput.py puts on
-    sys.path for the tools' checks, as the call's sys.path finds them)."""
+    sys.path for the tools' checks, as the call's sys.path finds them; a package of the root, every file of it)."""
     seen, todo, found = set(), list(files), {}
     while todo:
         path = todo.pop()
@@ -87,8 +87,11 @@ def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
         for name in imported(path):
             local = [d / f"{name}.py" for d in (path.parent, ROOT, ROOT / "reproduce")
                      if (d / f"{name}.py").is_file()]
+            package = ROOT / name / "__init__.py"  # abs_utils: every module of it (they import each other)
             if local:
                 todo.append(local[0])
+            elif package.is_file():
+                todo += sorted(package.parent.glob("*.py"))
             elif name not in sys.stdlib_module_names:
                 found.setdefault(name, set()).add(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
     return found
@@ -116,9 +119,9 @@ def test_the_call_runs_the_scripts_the_tests_and_the_benchmark():
 
 def test_every_import_of_the_call_is_on_the_gpu_machine_or_in_the_wheelhouse():
     modules = third_party_imports(files_the_call_runs())
-    # the closure reaches abs_utils.py through the scripts, and imports inside its functions (ale_py: evaluation)
+    # the closure reaches abs_utils through the scripts, and imports inside its functions (ale_py: evaluation)
     assert {"torch", "numpy", "envpool", "tyro", "ale_py", "tensorboard", "pytest"} <= set(modules)
-    assert modules["ale_py"] == {"abs_utils.py"}
+    assert modules["ale_py"] == {"abs_utils/evaluation.py"}
     assert not_carried(files_the_call_runs()) == {}
     assert set(NOT_CARRIED) <= set(modules)  # an exception for an import that is gone goes too
 
@@ -128,7 +131,7 @@ def test_an_import_outside_both_lists_is_reported(tmp_path):
     script.write_text("import os\nimport abs_utils as U\n\n\ndef late():\n    from rliable import library\n"
                       "    import importlib\n    return importlib.import_module('scipy.stats')\n")
     problems = not_carried([script])
-    assert set(problems) == {"rliable"}  # scipy is on the GPU machine; abs_utils.py's imports all are
+    assert set(problems) == {"rliable"}  # scipy is on the GPU machine; abs_utils's imports all are
     assert "new_tool.py" in problems["rliable"]
 
 

@@ -1,5 +1,5 @@
 """reproduce/train_alike.py: commits that train alike are reported "same" (two commits made here, in a repository of
-the current abs_pqn_atari.py and abs_utils.py, one only re-commented), the first differing number of two runs is
+the current abs_pqn_atari.py and abs_utils, one only re-commented), the first differing number of two runs is
 named, and bad input is one line, exit 2."""
 import json
 import os
@@ -32,7 +32,7 @@ def commits(tmp_path_factory):
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
     script = (ROOT / "abs_pqn_atari.py").read_text()
-    (repo / "abs_utils.py").write_text((ROOT / "abs_utils.py").read_text())
+    shutil.copytree(ROOT / "abs_utils", repo / "abs_utils", ignore=shutil.ignore_patterns("__pycache__"))
     made = {}
     for name, text in (("base", script),
                        ("comment", script.replace("import copy\n", "import copy  # a comment changes nothing\n", 1)),

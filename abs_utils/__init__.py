@@ -1,0 +1,35 @@
+"""The run machinery of the ABS scripts, written once; each script holds its algorithm top to bottom.
+
+Each script imports this package first, as `import abs_utils as U`, and uses its names as `U.name`. One file a
+concern:
+
+- `signals.py`: SIGINT/SIGTERM outside the training loop (one line, exit 128 + n); installed by this import, before
+  the scripts' slow imports of torch and envpool.
+- `flags.py`: every flag's domain (`DOMAINS`, `in_domain`), the rows every script checks (`common_problems`,
+  `count_problems`, memory and epoch bounds), `check_flags`, tyro's errors as one line (`tyro_cli`).
+- `parsing.py`: `parse_args`, the command line of a run: a new run's flags and directory, a resume's flags from its
+  checkpoint and the rules that relate the two (step budget, stop, finished run).
+- `checkpoint.py`: the atomic writers, every RNG's state, loading a weights-only checkpoint and checking it.
+- `evaluation.py`: `summarize_eval` (eval_results.json's "eval") and the Atari evaluation loop `play_atari_games`.
+- `run.py`: `Run`, which carries the run directory (locked while the run lives), seeds, device, TensorBoard writer,
+  timings, progress line, checkpoints, stop signals, the non-finite stop and eval_results.json through the loop:
+
+    args, checkpoint = U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, {"q_network": dict, ...})
+    run = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))  # run directory, seeds, device, wandb
+    run.begin(global_step)  # after loading the script's state from `checkpoint`; writer, signals, clocks
+    ...  # the loop: run.timed(phase), run.log, run.progress, run.checkpoint(global_step, steps, state)
+    run.end_training(); run.finish(global_step, returns, lengths, capped, action_counts)  # eval_results.json
+
+docs/CONVENTIONS.md has the contract. A script copied to another folder takes this folder along.
+"""
+from .signals import stop_outside_loop  # noqa: F401 (first: it catches the signals during the imports below)
+from .flags import (  # noqa: F401
+    DOMAINS, MAX_COUNT, MAX_EPOCHS, MAX_THREADS, check_flags, common_problems, count_problems, epochs_problem,
+    flag_of, given_flags, has_cxx, in_domain, memory_problem, refuse, rollout_memory_problem, tyro_cli)
+from .checkpoint import (  # noqa: F401
+    RUN_STATE, atomic_torch_save, check_checkpoint, describe_error, is_a, load_checkpoint, load_state, rng_state,
+    set_rng_state)
+from .parsing import parse_args, result_step  # noqa: F401
+from .evaluation import (  # noqa: F401
+    NEAR_CONSTANT_SHARE, action_names, fire_action, play_atari_games, summarize_eval, top_action)
+from .run import LOSS_SCALES, NonFiniteLoss, Run, env_seed, loss_scales  # noqa: F401

@@ -1,0 +1,119 @@
+"""Checkpoints: the atomic writer, every RNG's state, and a resume's checks of the file before any of it is used.
+
+A checkpoint holds only tensors, numbers, strings, lists and dicts, so that `--resume` loads it with
+`torch.load(weights_only=True)`; a file with any other pickled object is refused without being built.
+"""
+import math
+import os
+import random
+import typing
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .flags import flag_of, refuse
+
+
+def atomic_torch_save(path, obj):
+    torch.save(obj, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
+
+
+def rng_state(device):
+    """Every RNG's state as tensors, lists and plain numbers (checkpoints load with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, list(internal), gauss],
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+             "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state, device):
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def describe_error(e: Exception, limit: int = 300) -> str:
+    """An exception as one short line: torch's load_state_dict lists every mismatch on its own line; the first is
+    named, with how many more there are."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if isinstance(e, KeyError):
+        lines = [f"no {e.args[0]!r}" if e.args else "a missing key"]
+    lines = [line for line in lines if not line.startswith("Error(s) in loading")] or [type(e).__name__]
+    text = lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_state(path: str, checkpoint: dict, key: str, load: Callable[[typing.Any], typing.Any]) -> None:
+    """load(checkpoint[key]) (a network's, optimizer's or scheduler's load_state_dict, which checks its own shapes
+    and keys), with what does not fit (weights of another network or env, an empty or damaged state) as one line
+    naming the checkpoint, exit 2. Call it before anything is written, so that a refused resume changes nothing."""
+    try:
+        load(checkpoint[key])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+        refuse(f"--resume: {path}'s {key!r} does not fit this run ({describe_error(e)}); the checkpoint is of "
+               "another network or environment, or damaged")
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """torch.load(weights_only=True): tensors, numbers, strings, lists and dicts only; any other pickled object
+    (which could run code while it is unpickled) is refused without being built."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no checkpoint file at {path!r}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:
+            unsafe = []
+        if unsafe:
+            raise ValueError(f"--resume: refused {path!r}: it holds pickled objects ({', '.join(unsafe[:3])}) that "
+                             "could run code when loaded; only tensors and plain data are accepted") from None
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
+    if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
+        raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
+    if checkpoint.get("algo") != script:
+        raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py"
+                         if isinstance(checkpoint.get("algo"), str) else
+                         f"--resume: {path!r} is not a checkpoint of this script (no algo)")
+    return checkpoint
+
+
+def is_a(value, hint) -> bool:
+    """`value` fits the flag type `hint`: int, float, bool, str, Optional[...] or Literal[...]."""
+    origin, options = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return value in options
+    if origin is typing.Union:
+        return any(is_a(value, h) for h in options)
+    return (not isinstance(value, bool) or hint is bool) and isinstance(value, (int, float) if hint is float else hint)
+
+
+RUN_STATE = {"global_step": int, "train_seconds": (int, float), "perf": dict, "rng": dict}
+
+
+def check_checkpoint(path: str, checkpoint: dict, cls, state: dict) -> None:
+    """Before any of it is used: the keys a resume reads (`state`: the script's own) and every flag have their types."""
+    for key, kind in {**RUN_STATE, **state}.items():
+        if not isinstance(checkpoint.get(key), kind) or isinstance(checkpoint.get(key), bool):
+            raise ValueError(f"--resume: {path!r} has no valid {key!r} ({type(checkpoint.get(key)).__name__}); "
+                             "it is damaged or not a checkpoint of this script")
+        # counters (global_step, iteration, grad_steps) and timings: a negative one is no step a run could reach
+        if kind in (int, (int, float)) and not (0 <= checkpoint[key] < math.inf):
+            raise ValueError(f"--resume: {path!r} holds {key} = {checkpoint[key]!r}, which must be a finite number "
+                             ">= 0; it is damaged or not a checkpoint of this script")
+    hints = typing.get_type_hints(cls)
+    for name, value in checkpoint["args"].items():
+        if name in hints and not is_a(value, hints[name]):
+            raise ValueError(f"--resume: {path!r} holds {flag_of(name)} = {value!r}, which is not a "
+                             f"{getattr(hints[name], '__name__', hints[name])}")

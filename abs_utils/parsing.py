@@ -1,0 +1,134 @@
+"""The command line of a run: flags checked, a resume's flags taken from its checkpoint, a new run's directory.
+
+`parse_args` applies these rules in order; the first that fails is one line on stderr and exit 2, before anything
+is created:
+- a new run: its flags (`check_flags`), then its run directory (`new_run_directory`);
+- a resume: the checkpoint's flags (`resume_flags`), checked as a new run's are, then the rules that relate the
+  command line to the checkpoint (`resume_problems`: the step budget, the stop, a run that has finished).
+"""
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import NamedTuple, Optional
+
+from .checkpoint import check_checkpoint, load_checkpoint
+from .flags import check_flags, flag_of, given_flags, refuse, tyro_cli
+
+
+class Resume(NamedTuple):
+    """What a resume's rules need of its checkpoint."""
+    checkpoint: dict
+    saved: dict  # the checkpoint's flags that the command line was parsed against
+    evaluated: Optional[int]  # the global_step of the run directory's eval_results.json, if any
+    pending: bool  # the checkpoint is at its run's stop and that stop has no result yet: the resume evaluates it
+
+
+def result_step(run_dir: str) -> Optional[int]:
+    """The global_step of the run directory's eval_results.json; None without one or when it cannot be read."""
+    try:
+        with open(os.path.join(run_dir, "eval_results.json")) as f:
+            step = json.load(f)["global_step"]
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def resume_flags(cls, script: str, state: dict, run_control_flags, args, argv):
+    """(args, Resume) of --resume: the command line parsed again with the checkpoint's flags as defaults. A given
+    run-control flag wins; another given flag is ignored with a warning (it would change the algorithm mid-run)."""
+    checkpoint = load_checkpoint(args.resume, script)
+    check_checkpoint(args.resume, checkpoint, cls, state)
+    step, old = checkpoint["global_step"], checkpoint["args"]
+    # A checkpoint at its own stop is the run's last; without a result at its step (eval_results.json), its
+    # evaluation was stopped (a signal) or crashed, and the resume is that evaluation, at the same stop.
+    evaluated = result_step(os.path.dirname(os.path.abspath(args.resume)))
+    own_stop = min(old.get("stop_at_step") or math.inf, old.get("total_timesteps") or math.inf)
+    pending = step >= own_stop and (evaluated is None or evaluated < step)
+    # Every flag but the stop comes from the checkpoint: a resumed prefix run (--stop-at-step) runs on to the end of
+    # its --total-timesteps unless a later stop is given again.
+    saved = {k: v for k, v in old.items() if k in vars(args) and (k != "stop_at_step" or pending)}
+    args = tyro_cli(cls, argv, default=dataclasses.replace(args, **saved))
+    ignored = [f"{flag_of(k)} {getattr(args, k)} (checkpoint: {v})" for k, v in saved.items()
+               if k not in run_control_flags and getattr(args, k) != v]
+    if ignored:
+        print(f"warning: --resume keeps the checkpoint's algorithm flags; ignoring {', '.join(ignored)}",
+              file=sys.stderr)
+    kept = {k: v for k, v in saved.items() if k not in run_control_flags}
+    args = dataclasses.replace(args, **{**kept, "run_name": checkpoint["run_name"]})
+    return args, Resume(checkpoint, saved, evaluated, pending)
+
+
+def check_resumed_flags(args, problems, saved: dict, argv) -> None:
+    """check_flags, with a bad value that the user never typed named as the checkpoint's."""
+    try:
+        check_flags(args, problems)
+    except ValueError as e:
+        from_checkpoint = sorted({flag for flag in re.findall(r"--[a-z0-9][a-z0-9-]*", str(e))
+                                  if flag[2:].replace("-", "_") in set(saved) - given_flags(argv)})
+        if not from_checkpoint:
+            raise
+        raise ValueError(f"{e}; {', '.join(from_checkpoint)} comes from the checkpoint {args.resume}, not from the "
+                         "command line (the file is damaged or was written by another version)") from None
+
+
+def resume_problems(args, resume: Resume) -> None:
+    """The rules that relate a resume's command line to its checkpoint: ValueError with the first that fails."""
+    step = resume.checkpoint["global_step"]
+    if args.total_timesteps < step:
+        raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
+                         f"({step}): give at least that many to --resume")
+    stop = getattr(args, "stop_at_step", None)
+    if (stop is not None and stop <= step
+            and not (resume.pending and stop == resume.saved.get("stop_at_step"))):  # (its own stop: evaluated again)
+        raise ValueError(f"--stop-at-step ({stop}) must be above the checkpoint's global_step "
+                         f"({step}): the run has reached it already")
+    if resume.evaluated is not None and resume.evaluated >= step and step >= min(stop or math.inf,
+                                                                                  args.total_timesteps):
+        # Resuming it would evaluate it again and overwrite its result, or with --eval-episodes 0 empty it.
+        raise ValueError(f"--resume: {os.path.dirname(os.path.abspath(args.resume))} is a finished run "
+                         f"(its checkpoint and eval_results.json are at global_step {step}): "
+                         "nothing to resume. To train on, give a larger --total-timesteps; to evaluate it again, "
+                         "move its eval_results.json aside first")
+
+
+def new_run_directory(args) -> None:
+    """Name a new run (--run-name, or one built from --exp-name) and check that its directory can be made and holds
+    no earlier run: ValueError otherwise."""
+    flag = "--run-name" if args.run_name else "--exp-name"
+    args.run_name = args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if "/" in args.run_name or "\0" in args.run_name or len(os.fsencode(args.run_name)) > 255:
+        raise ValueError(f"{flag} must make a run name that is one path component of at most 255 bytes "
+                         f"(no '/'), got {args.run_name!r}")
+    run_dir = os.path.join(args.output_dir, args.run_name)
+    place = run_dir  # the run directory, or the nearest folder above it that exists, must be a folder
+    while not os.path.exists(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place) or "."
+    if not os.path.isdir(place) or not os.access(place, os.W_OK | os.X_OK):
+        raise ValueError(f"{'--run-name' if place == run_dir else '--output-dir'}: {place} is "
+                         f"{'not a directory' if not os.path.isdir(place) else 'not writable'}")
+    for name in ("checkpoint.pt", "eval_results.json"):
+        if os.path.exists(os.path.join(run_dir, name)):
+            raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
+                             f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
+
+
+def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=None):
+    """(args, checkpoint or None), or exit 2 with one line. `problems(args)`: the script's rows of (ok, message);
+    `state`: the types of the script's own keys in a checkpoint."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = tyro_cli(cls, argv)
+    try:
+        if args.resume is None:
+            check_flags(args, problems)
+            new_run_directory(args)
+            return args, None
+        args, resume = resume_flags(cls, script, state, run_control_flags, args, argv)
+        check_resumed_flags(args, problems, resume.saved, argv)
+        resume_problems(args, resume)
+    except ValueError as e:
+        refuse(str(e))
+    return args, resume.checkpoint

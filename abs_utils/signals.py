@@ -1,0 +1,34 @@
+"""Stop signals outside the training loop: before it starts, during the evaluation and after the result.
+
+The package imports this module first, so that a script run as a program catches SIGINT/SIGTERM before torch's and
+envpool's imports, the slow first second. The training loop checkpoints on a signal (`Run.checkpoint`); outside it
+there is nothing to save, or it is saved (training is checkpointed at its end, before the evaluation), so the
+process ends at once, with one line.
+"""
+import os
+import signal
+import sys
+
+_OUTSIDE_LOOP = {"when": "before training started", "then": "nothing was saved; run the same command again"}
+_exit = os._exit  # not sys.exit: unwinding with envpool's evaluation threads alive can crash the interpreter
+
+
+def _stop_outside_loop(signum, frame):
+    print(f"stopped by signal {signum} {_OUTSIDE_LOOP['when']}: {_OUTSIDE_LOOP['then']}", flush=True)
+    sys.stderr.flush()
+    _exit(128 + signum)
+
+
+def stop_outside_loop(when: str, then: str) -> None:
+    """From now on SIGINT/SIGTERM print 'stopped by signal <n> <when>: <then>' and exit 128 + n (130, 143) at once."""
+    _OUTSIDE_LOOP.update(when=when, then=then)
+    signal.signal(signal.SIGINT, _stop_outside_loop)
+    signal.signal(signal.SIGTERM, _stop_outside_loop)
+
+
+# A script of the folder that holds this package, run as a program (not a test or a tool importing the package),
+# gets them from its first line.
+_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+_scripts_folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _main_file and os.path.dirname(os.path.abspath(_main_file)) == _scripts_folder:
+    stop_outside_loop("before training started", "nothing was saved; run the same command again")
