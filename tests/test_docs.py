@@ -289,3 +289,43 @@ def test_btr_evaluation_flag_does_not_claim_the_papers_evaluation():
     cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args")
     helps = [node.value.value for node in cls.body if isinstance(node, ast.Expr) and isinstance(node.value.value, str)]
     assert helps and not [h for h in helps if "paper's eval" in h]
+
+
+def test_ppo_page_names_the_pinned_mujoco():
+    """docs/ppo.md says which mujoco the -v4 tasks run on, and that requirements.txt pins it."""
+    pins = re.findall(r"^mujoco==([\d.]+)", (ROOT / "requirements.txt").read_text(encoding="utf-8"), re.M)
+    assert len(pins) == 1, "requirements.txt does not pin mujoco (docs/ppo.md says it is pinned)"
+    page = " ".join((ROOT / "docs" / "ppo.md").read_text(encoding="utf-8").split())
+    named = set(re.findall(r"mujoco (\d+\.\d+\.\d+)", page))
+    assert named == {pins[0]} and f"mujoco {pins[0]}, pinned" in page, named
+
+
+def tracked_bytes(commit=None, under=".", events_only=False):
+    """Bytes of the files git tracks (at `commit`, or in this checkout), or None without git or the commit."""
+    import subprocess
+
+    command = ["git", "ls-tree", "-r", "-l", commit, under] if commit else ["git", "ls-files", "-z", under]
+    try:
+        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):  # no git, not a checkout, or a shallow clone without it
+        return None
+    if commit:
+        rows = [line.split(None, 4) for line in out.splitlines()]
+        return sum(int(r[3]) for r in rows if r[1] == "blob" and (not events_only or "tfevents" in r[4]))
+    return sum((ROOT / p).stat().st_size for p in out.split("\0") if p and (ROOT / p).is_file())
+
+
+def test_benchmarks_page_sizes_of_the_repository():
+    """The sizes docs/benchmarks.md gives for a commit are that commit's, and a checkout is still over 64 MiB, the
+    upload limit it says the tracked files alone pass."""
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    commit = re.search(r"git ls-tree -r -l (\w+) \|", page).group(1)
+    total = int(re.search(rf"git ls-tree -r -l {commit} \|.*# (\d+) bytes", page).group(1))
+    events = int(re.search(rf"git ls-tree -r -l {commit} results \|.*# (\d+) bytes", page).group(1))
+    assert f"{total / 2**20:.1f} MiB at commit {commit}, {events / 1e6:.1f} MB" in " ".join(page.split())
+    checkout = tracked_bytes()
+    if checkout is None:
+        pytest.skip("not a git checkout")
+    assert checkout > 64 * 2**20
+    if tracked_bytes(commit) is not None:
+        assert (tracked_bytes(commit), tracked_bytes(commit, "results", events_only=True)) == (total, events)
