@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
+from cli import Parser  # noqa: E402
 from events import load_run_events  # noqa: E402
 from figures import band_rows, grid, legend_or_note, save  # noqa: E402  (it sets matplotlib's Agg backend)
 import matplotlib.pyplot as plt  # noqa: E402
@@ -225,16 +226,9 @@ def write_study(data, games, notes, out: Path, args) -> Path:
     return path
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
-
-    def error(self, message):
-        self.exit(2, f"divergence_study.py: error: {message} (divergence_study.py --help for the options)\n")
-
-
 def parse_args(argv=None):
-    p = _Parser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+               name="divergence_study.py")
     p.add_argument("--runs", nargs="+", required=True, metavar="LABEL=DIR",
                    help="labelled directories searched recursively for eval_results.json")
     p.add_argument("--games", nargs="+", default=[], help="env ids to keep (default: every one found)")

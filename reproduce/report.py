@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside it, however it is started
 import runs  # noqa: E402
+from cli import Parser  # noqa: E402
 from events import load_events  # noqa: E402
 from figures import figures_section  # noqa: E402
 from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
@@ -98,16 +99,9 @@ def write_report(data, games, notes, args, table) -> Path:
     return out / "report.md"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors (a bad flag or value) on one line of stderr, exit 2, as the other tools."""
-
-    def error(self, message):
-        self.exit(2, f"report.py: error: {message} (report.py --help for the options)\n")
-
-
 def parse_args(argv=None):
-    p = _Parser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+               name="report.py")
     p.add_argument("--runs", nargs="+", required=True, metavar="LABEL=DIR",
                    help="labelled directories searched recursively for eval_results.json")
     p.add_argument("--out", default="report", help="output directory (report.md, PNG + CSV figures)")

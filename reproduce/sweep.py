@@ -20,7 +20,6 @@ time limit and after preemptions (slurm.py). The Slurm job id of every submitted
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
 import math
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, beside it, however it is started
+from cli import Parser  # noqa: E402
 from experiments import (CHECKPOINT, EXIT, GAME_RE, INTERRUPTED, REPO, START, Run, SweepError,  # noqa: E402
                          check_flags, check_seeds, default_root, execute, expand, load_config,
                          reference_and_comparisons, tail, with_threads)
@@ -349,13 +349,6 @@ def cmd_publish(args) -> int:
     return cmd_report(args)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors (an unknown option, a value of the wrong type) on one line of stderr, exit 2."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message} ({self.prog} --help for the options)\n")
-
-
 def check_numbers(args) -> None:
     """The numeric options in their domains, and --extra-args and --gpus well-formed; SweepError names the first
     that is not."""
@@ -390,7 +383,7 @@ def check_numbers(args) -> None:
 
 def parse_args(argv=None):
     """The command line; SweepError (one line, exit 2 in main) for a value outside its domain."""
-    common = _Parser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("experiment")
     common.add_argument("--config", help="your own experiments TOML, added to reproduce/experiments.toml")
     common.add_argument("--root", help="runs go to ROOT/EXPERIMENT/LABEL/GAME__SEED (default: runs/sweeps, "
@@ -400,7 +393,7 @@ def parse_args(argv=None):
     common.add_argument("--games", nargs="+", help="env ids or names ('Pong' = 'Pong-v5'); default: the experiment's")
     common.add_argument("--seeds", nargs="+", type=int, help="default: the experiment's")
     common.add_argument("--labels", nargs="+", help="a subset of the experiment's labels")
-    p = _Parser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", parents=[common], help="run (or submit) every run that has no result")
     r.add_argument("--workers", type=int, help="local: parallel runs (default: 1, or one per --gpus entry); "

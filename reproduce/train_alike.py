@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli import Parser  # noqa: E402
 from events import read_run_events  # noqa: E402
 
 SCRIPT = "abs_pqn_atari.py"
@@ -140,15 +141,8 @@ def run(tree: Path, out: Path, case: str, steps: int) -> None:
         train(["--stop-at-step", str(steps)], f"{case}.log")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors on one line of stderr, exit 2, as the other tools."""
-
-    def error(self, message):
-        self.exit(2, f"train_alike.py: error: {message} (train_alike.py --help for the options)\n")
-
-
 def parse(argv=None) -> argparse.Namespace:
-    p = _Parser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0], name="train_alike.py")
     p.add_argument("commits", nargs="+", help="two or more commits; each is compared with the first")
     p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the runs to compare")
     p.add_argument("--steps", type=int, default=6000, help="environment steps per run (of a 4x longer schedule)")
