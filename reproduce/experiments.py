@@ -4,13 +4,15 @@ checking it, expanding an experiment into its runs, and one run's directory, fil
 Every run has the directory <root>/<experiment>/<label>/<game>__<seed> (the scripts' --output-dir and --run-name)
 and the log <root>/<experiment>/<label>/logs/<game>__<seed>.log, to which every attempt appends its output between
 a "[sweep] ... start: <command>" line, followed by "[sweep] source: commit <sha>" (the code it ran from), and a
-"[sweep] ... exit N" line (execute).
+"[sweep] ... exit N" line (execute). An attempt is made only by the process that claims the run (claim): no other
+process is running it, so that two sweeps of one grid never write one log or start one run twice.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import datetime
+import fcntl
 import json
 import math
 import os
@@ -19,6 +21,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -30,10 +33,13 @@ RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"
 DEFAULT_ROOT = "runs/sweeps"
 EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",
                    "env_suffix", "benchmark", "flags", "labels", "reference", "comparisons", "stop_at_step"}
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # an experiment's or a label's name: one path component
+NAME_BYTES = 200  # at most, for a name that is a path component (file systems take 255)
 GAME_RE = re.compile(r"^[A-Za-z0-9][^/\\\x00]*$")  # one path component: see check_games
 START, EXIT = re.compile(r"^\[sweep\] \S+ start"), re.compile(r"^\[sweep\] \S+ exit (-?\d+)")
 INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
+ELSEWHERE = "running elsewhere"  # what execute returns for a run that another process runs (claim)
+RUN_LOCK = ".lock"  # the training scripts' lock in their run directory (docs/CONVENTIONS.md)
 # The flags the sweep gives every command itself (Run.command): neither --extra-args nor an experiment's flags may
 # set them, or a run would not be the one its directory, log and status stand for.
 SWEEP_FLAGS = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
@@ -74,6 +80,11 @@ class Run:
     @property
     def log(self) -> Path:
         return self.label_dir / "logs" / f"{self.name}.log"
+
+    @property
+    def claim_file(self) -> Path:
+        """Locked by the process that runs the run and writes its log (claim)."""
+        return self.label_dir / "logs" / f"{self.name}.lock"
 
     @property
     def job_file(self) -> Path:
@@ -150,15 +161,13 @@ def with_threads(runs: list[Run], threads: int) -> list[Run]:
 # ----------------------------------------------------------------------------- experiments
 def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
     """(game lists, experiments) of the built-in file, updated by the user's --config file. Every game list and
-    experiment is checked here, where its file is known, so that a malformed entry is one line naming the file."""
-    files = [(BUILTIN_CONFIG, str(BUILTIN_CONFIG))] + ([(Path(extra), f"--config {extra}")] if extra else [])
+    experiment is checked here, where its file is known, so that a malformed entry is one line naming the file (the
+    built-in one as such: the user did not give it)."""
+    files = [(BUILTIN_CONFIG, f"the built-in experiments file {BUILTIN_CONFIG}")]
+    files += [(Path(extra), f"--config {extra}")] if extra else []
     games, experiments, sources = {}, {}, {}
     for path, where in files:
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise SweepError(f"--config {path}: {e}") from e
+        data = read_toml(path, where)
         unknown = sorted(set(data) - {"games", "experiments"})
         if unknown:  # e.g. [experiment.x]: a typo that would otherwise define nothing
             raise SweepError(f"{where}: unknown key(s) {unknown}; a file holds [games] and [experiments.NAME] tables")
@@ -169,6 +178,7 @@ def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
         for name, value in lists.items():
             check_games(value, f"{where}: game list {name}")
         for name, exp in exps.items():
+            check_name("experiment", name, where)
             check_experiment(name, exp, f"{where}: experiment {name}")
         games.update(lists)
         experiments.update(exps)
@@ -178,6 +188,31 @@ def load_config(extra: str | Path | None = None) -> tuple[dict, dict]:
             raise SweepError(f"{sources[name]}: experiment {name}: games {exp['games']!r} names no [games] list; "
                              f"lists: {', '.join(games)}")
     return games, experiments
+
+
+def read_toml(path: Path, where: str) -> dict:
+    """The TOML file's tables; a file that cannot be read, decoded or parsed is one line naming `where`."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise SweepError(f"{where}: cannot be read ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:  # tomllib decodes the whole file first
+        raise SweepError(f"{where}: is not UTF-8 text (byte {e.start}: {e.reason}), as a TOML file must be") from e
+    except tomllib.TOMLDecodeError as e:
+        raise SweepError(f"{where}: is not valid TOML: {e}") from e
+    except RecursionError as e:  # arrays or inline tables nested thousands deep
+        raise SweepError(f"{where}: is nested too deeply to read") from e
+
+
+def check_name(kind: str, name, where: str) -> str:
+    """An experiment's or a label's name (kind), which names a directory: one path component of letters, digits,
+    '.', '_', '+' and '-', a letter or digit first, at most NAME_BYTES bytes (SweepError otherwise), so that no name
+    puts runs, checkpoints or logs outside the sweep's root."""
+    if not (isinstance(name, str) and NAME_RE.match(name) and len(name.encode()) <= NAME_BYTES):
+        raise SweepError(f"{where}: {kind} name {name!r} is not one path component (letters, digits, '.', '_', '+', "
+                         f"'-'; a letter or digit first; at most {NAME_BYTES} bytes)")
+    return name
 
 
 def sweep_flag(tokens) -> str | None:
@@ -273,9 +308,7 @@ def check_experiment(name: str, exp, where: str) -> None:
         raise SweepError(f"{where}: labels must be a non-empty table [experiments.{name}.labels] of "
                          f"LABEL = \"flags\" or LABEL = {{ script = \"...\", flags = \"...\" }}, got {labels!r}")
     for label, spec in labels.items():
-        if not LABEL_RE.match(label):
-            raise SweepError(f"{where}: label {label!r} is not a valid directory name (letters, digits, '.', '_', "
-                             "'+', '-'; a letter or digit first)")
+        check_name("label", label, where)
         if isinstance(spec, dict):
             if set(spec) - {"script", "flags"} or not isinstance(spec.get("script", "x"), str) \
                     or not spec.get("script", "x"):
@@ -296,6 +329,7 @@ def expand(name: str, experiments: dict, game_lists: dict, root: str | Path, *, 
     """All runs of one experiment, seed-major (seed 1 of every game and label comes first)."""
     if name not in experiments:
         raise SweepError(f"unknown experiment {name!r}; known: {', '.join(experiments)}")
+    check_name("experiment", name, f"experiment {name!r}")
     exp = experiments[name]
     check_experiment(name, exp, f"experiment {name}")
     exp_games = exp["games"]
@@ -387,25 +421,94 @@ def source_version(repo: Path = REPO) -> str:
     return f"commit {head.stdout.strip()}" + (" with uncommitted changes to tracked files" if dirty else "")
 
 
-def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, on_start=None) -> int | None:
-    """Run one script to its end, appending its output to run.log; None when it was already done."""
+# Who runs a run. Two processes may be asked to run one: two sweeps of one grid on one --root (the same command in
+# two terminals, a resubmitted Slurm array), or a sweep started again while the scripts of a killed one go on (they
+# run in sessions of their own). The scripts lock their run directory (RUN_LOCK, an flock that the OS drops when the
+# process ends, however it ends), and a second script on it exits 2; but the sweep writes the run's log around its
+# script (the start and exit lines, and the script's output), so the log needs an owner of its own. That is the
+# sweep that holds the run's claim_file (logs/<game>__<seed>.lock) for the whole attempt: the sweep cannot hold the
+# run's own lock, which the script it starts must take. A sweep claims the run, then checks that no process holds
+# the run's lock (a killed sweep's script, or one started by hand), and only then opens the log and starts the
+# script; otherwise the run is another process's, "running elsewhere", and the sweep writes nothing.
+def lock_held(path: Path) -> bool:
+    """Whether a process holds an flock on `path`: a non-blocking shared lock, released at once, fails. A file that
+    does not exist, or cannot be locked (a file system without flock), is not held."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:  # shared: probes do not exclude each other, and it needs no write access (NFS)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # (and with it the probe's lock)
+
+
+def live(run: Run) -> bool:
+    """Whether a process runs the run now: a sweep holds its claim, or a script its run directory's lock. The claim is
+    probed first, and the run's lock only when no sweep holds it, so that a probe never meets the lock attempt of a
+    script a sweep is starting."""
+    return lock_held(run.claim_file) or lock_held(run.dir / RUN_LOCK)
+
+
+def claim(run: Run):
+    """The run's claim_file, open and locked by this process, when no other process runs the run; else None. The
+    lock is released when the file is closed or this process ends."""
+    run.log.parent.mkdir(parents=True, exist_ok=True)
+    f = open(run.claim_file, "a")
+    try:
+        for _ in range(10):  # a probe (lock_held from `status`, another sweep) holds it for microseconds
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.02)
+        else:
+            f.close()
+            return None
+    except OSError as e:
+        f.close()
+        raise SweepError(f"cannot lock {run.claim_file} ({e.strerror}): the sweep and the training scripts need "
+                         "flock on the file system of --root") from e
+    if lock_held(run.dir / RUN_LOCK):
+        f.close()
+        return None
+    return f
+
+
+def execute(run: Run, gpu: str | None = None, popen_kwargs: dict | None = None, on_start=None,
+            on_exit=None) -> int | str | None:
+    """Run one script to its end, appending its output to run.log: its exit code; None when the run was done;
+    ELSEWHERE (nothing started or written) when another process runs it. on_start(proc, log) is called once the
+    script is started, on_exit(rc) when it has ended, while this process still owns the run and its log."""
     if run.done():
         return None
-    cmd = run.command()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
-    run.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(run.log, "a") as log:
-        log.write(f"[sweep] {now()} start on {socket.gethostname()}: {shlex.join(cmd)}\n")
-        log.write(f"[sweep] source: {source_version()}\n")
-        log.flush()
-        proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, **(popen_kwargs or {}))
-        if on_start:
-            on_start(proc, log)
-        rc = shell_rc(proc.wait())
-        log.write(f"\n[sweep] {now()} exit {rc}\n")
+    claimed = claim(run)
+    if claimed is None:
+        return ELSEWHERE
+    with claimed:
+        if run.done():  # finished by another process between the first check and the claim
+            return None
+        cmd = run.command()  # (now: --resume of the checkpoint as it is once the run is this process's)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        with open(run.log, "a") as log:
+            log.write(f"[sweep] {now()} start on {socket.gethostname()}: {shlex.join(cmd)}\n")
+            log.write(f"[sweep] source: {source_version()}\n")
+            log.flush()
+            proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, **(popen_kwargs or {}))
+            if on_start:
+                on_start(proc, log)
+            rc = shell_rc(proc.wait())
+            log.write(f"\n[sweep] {now()} exit {rc}\n")
+        if on_exit:
+            on_exit(rc)
     return rc
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import CHECKPOINT, INTERRUPTED, Run, execute, now, shell_rc, tail
+from experiments import CHECKPOINT, ELSEWHERE, INTERRUPTED, Run, execute, now, shell_rc, tail
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,7 +30,7 @@ ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 def job_id(run: Run) -> str | None:
     try:
         return run.job_file.read_text().split()[0]
-    except (OSError, IndexError):
+    except (OSError, ValueError, IndexError):  # (ValueError: not UTF-8 text)
         return None
 
 
@@ -84,13 +84,20 @@ class RunJob:
         # Slurm's --signal reaches every process of the step: the script must ignore it (SIG_IGN
         # survives exec) and leave it to submitit's handler in this process.
         rc = execute(self.run, None, {"preexec_fn": lambda: signal.signal(usr_sig, signal.SIG_IGN)},
-                     self._started)
-        if rc in INTERRUPTED and not self._signalled and (self.run.dir / CHECKPOINT).exists():
-            self._requeue_preempted(rc)
+                     self._started, self._ended)
+        if rc == ELSEWHERE:  # (a second submission of the run, or a local sweep of it): left to that process
+            print(f"{self.run.label} {self.run.name}: running elsewhere (another process holds its lock); "
+                  "this job leaves it to that process", file=sys.stderr, flush=True)
+            return 0
         if rc not in (0, None) or not self.run.done():
             raise RuntimeError(f"{self.run.label} {self.run.name}: exit {rc}; end of {self.run.log}:\n"
                                + tail(self.run.log))
         return 0
+
+    def _ended(self, rc: int) -> None:
+        """The script ended, and this job still owns the run and its log (execute): a preemption requeues it."""
+        if rc in INTERRUPTED and not self._signalled and (self.run.dir / CHECKPOINT).exists():
+            self._requeue_preempted(rc)
 
     def _note(self, text: str) -> None:
         """One line in the run's log (and on the job's stderr)."""

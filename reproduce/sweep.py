@@ -17,6 +17,11 @@ cores / workers threads each; with --slurm, submitit submits them as a job array
 time limit and after preemptions (slurm.py). The Slurm job id of every submitted run is kept beside its log
 (<game>__<seed>.slurm): `status` shows queued and running jobs (Slurm's sacct, through submitit), and `run`
 (local, --slurm or --dry-run) does not start a run whose job is queued or running.
+A run that another process is running (a second sweep of the grid, the script of a killed sweep: its locks are
+held, experiments.claim) is left to it, "running elsewhere", and its log is not touched. `run` ends with a line that
+counts each of its runs once, in the state `status` gives it; exit 0 when all are done, 1 when one failed or is not
+done, 75 when the runs it did not finish are running elsewhere, 128 + N after signal N, 2 for bad input
+(docs/running.md#faults).
 """
 from __future__ import annotations
 
@@ -35,18 +40,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, beside it, however it is started
 from cli import Parser  # noqa: E402
-from experiments import (CHECKPOINT, EXIT, GAME_RE, INTERRUPTED, REPO, START, Run, SweepError,  # noqa: E402
-                         check_flags, check_seeds, default_root, execute, expand, load_config,
-                         reference_and_comparisons, tail, with_threads)
+from experiments import (CHECKPOINT, ELSEWHERE, EXIT, GAME_RE, INTERRUPTED, REPO, RUN_LOCK, START,  # noqa: E402
+                         Run, SweepError, check_flags, check_seeds, default_root, execute, expand, live, load_config,
+                         lock_held, reference_and_comparisons, tail, with_threads)
 from runs import reference_pairs  # noqa: E402
 from slurm import ACTIVE, QUEUED, job_id, slurm_executor, slurm_states, submit  # noqa: E402
 
 STATES = ("done", "running", "interrupted", "failed", "missing", "queued", "other-length")
+RUNNING_ELSEWHERE = 75  # `run`'s exit code when every run it did not finish is another process's (EX_TEMPFAIL)
 
 
 def state(run: Run, slurm: dict | None = None) -> str:
     """done | running | interrupted | failed | missing | queued | other-length, from the result, the Slurm job
-    state (slurm: job id -> Slurm state), the checkpoint and the log."""
+    state (slurm: job id -> Slurm state), the locks of a live run (experiments.live), the checkpoint and the log."""
     if run.done():
         return "done"
     steps = run.result_timesteps()
@@ -55,7 +61,7 @@ def state(run: Run, slurm: dict | None = None) -> str:
     job = slurm.get(job_id(run)) if slurm else None
     if job in QUEUED:
         return "queued"
-    if job in ACTIVE:
+    if job in ACTIVE or live(run):
         return "running"
     started, rc = False, None
     if run.log.exists():
@@ -66,10 +72,9 @@ def state(run: Run, slurm: dict | None = None) -> str:
                 rc = int(m.group(1))
     if not started:
         return "interrupted" if (run.dir / CHECKPOINT).exists() else "missing"
-    if rc is None:
-        return "running"  # (or killed without a trace: SIGKILL, node failure)
+    if rc is None:  # started, never ended, and no process runs it: killed without a trace (SIGKILL, a node failure)
+        return "interrupted"
     return "interrupted" if rc in INTERRUPTED else "failed"
-
 
 
 def cores() -> int:
@@ -103,13 +108,13 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
     free_gpus: queue.SimpleQueue = queue.SimpleQueue()
     for g in gpus or []:
         free_gpus.put(g)
-    live, stopping = [], []
+    procs, stopping = [], []
 
     def on_signal(signum, frame):  # forward SIGINT / SIGTERM once to each script, start no new run
         stopping.append(signum)
         print(f"\nsignal {signum}: passing it to the running scripts (they checkpoint); starting no new run",
               flush=True)
-        for proc in live:
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
 
@@ -121,14 +126,14 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
         try:
             # own session: a Ctrl-C reaches the scripts once, through on_signal
             return execute(run, gpu, {"start_new_session": True},
-                           lambda p, _: (live.append(p), share_niceness(p.pid)))
+                           lambda p, _: (procs.append(p), share_niceness(p.pid)))
         finally:
             seconds[run.dir] = time.time() - started  # the run's own time, not its wait in the queue
             if gpus:
                 free_gpus.put(gpu)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    failed, seconds, t0 = [], {}, time.time()
+    seconds, t0 = {}, time.time()
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(job, run): run for run in runs}
@@ -136,22 +141,44 @@ def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> i
                 run, rc = futures[fut], fut.result()
                 if rc == "not started":
                     continue
+                times = f"after {seconds[run.dir]:.0f} s; {time.time() - t0:.0f} s since the sweep started"
+                if rc == ELSEWHERE or (not run.done() and rc not in INTERRUPTED and lock_held(run.dir / RUN_LOCK)):
+                    # (the second: its script found the run locked by a script that had not locked it yet when this
+                    # sweep claimed the run, one left behind by a sweep killed seconds after starting it)
+                    what = "another process holds its lock" if rc == ELSEWHERE else f"exit {rc}: its lock is held"
+                    print(f"[{i}/{len(runs)}] {ELSEWHERE} {run.label} {run.name} ({what}: left to that process; "
+                          f"{times})", flush=True)
+                    continue
                 ok = run.done()  # (rc is None when another sweep finished it meanwhile)
-                print(f"[{i}/{len(runs)}] {'ok    ' if ok else 'FAILED'} {run.label} {run.name} "
-                      f"({'already done' if rc is None else f'exit {rc}'} after {seconds[run.dir]:.0f} s; "
-                      f"{time.time() - t0:.0f} s since the sweep started)", flush=True)
-                if not ok:
-                    failed.append(run)
+                print(f"[{i}/{len(runs)}] {'ok    ' if ok else 'interrupted' if rc in INTERRUPTED else 'FAILED'} "
+                      f"{run.label} {run.name} ({'already done' if rc is None else f'exit {rc}'} {times})",
+                      flush=True)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    for run in failed:
-        print(f"\n==> FAILED {run.label} {run.name} ({state(run)}); last lines of {run.log}:\n{tail(run.log)}")
-    ok = sum(r.done() for r in runs)
-    print(f"\n{ok} of {len(runs)} runs finished, {len(failed)} failed, {len(runs) - ok - len(failed)} not started")
-    if stopping:
-        return 128 + stopping[0]
-    return 1 if failed else 0
+    return summary(runs, stopping[0] if stopping else None)
+
+
+def summary(runs: list[Run], signum: int | None = None) -> int:
+    """Print what became of the runs a sweep was given, each counted once in the state `status` gives it now, and
+    return the sweep's exit code: 0 when all are done, 128 + signum when a signal stopped the sweep, 1 when a run
+    is failed (its log's end is printed), interrupted or missing, else (the others are running elsewhere, or queued
+    on Slurm) 75."""
+    slurm = slurm_states(runs)
+    states = {run: state(run, slurm) for run in runs}
+    for run, st in states.items():
+        if st == "failed":
+            print(f"\n==> FAILED {run.label} {run.name}; last lines of {run.log}:\n{tail(run.log)}")
+    counts = {st: sum(s == st for s in states.values()) for st in STATES}
+    words = {"failed": "failed", "running": ELSEWHERE, "interrupted": "interrupted", "missing": "not started"}
+    print(f"\n{counts['done']} of {len(runs)} runs finished, " + ", ".join(
+        [f"{counts[st]} {word}" for st, word in words.items()]
+        + [f"{counts[st]} {st}" for st in ("queued", "other-length") if counts[st]]))  # (submitted, run meanwhile)
+    if signum is not None:
+        return 128 + signum
+    if counts["done"] == len(runs):
+        return 0
+    return RUNNING_ELSEWHERE if counts["done"] + counts["running"] + counts["queued"] == len(runs) else 1
 
 
 # ----------------------------------------------------------------------------- commands
@@ -207,6 +234,11 @@ def cmd_run(args) -> int:
     # default thread counts (all cores each) would oversubscribe the machine N times (docs/running.md).
     todo = with_threads(todo, args.cpus_per_job if args.slurm else max(1, cores() // workers))
     if args.dry_run:
+        elsewhere = [r for r in todo if live(r)]  # (a real run finds them as it goes: experiments.claim)
+        if elsewhere:
+            print(f"# skipping {len(elsewhere)} run(s) {ELSEWHERE} (a process holds their lock): "
+                  + ", ".join(f"{r.label}/{r.name}" for r in elsewhere))
+            todo = [r for r in todo if r not in elsewhere]
         print(f"# {args.experiment}: {len(runs)} runs, commands run from {REPO}")
         if absent:
             print(f"# warning: script(s) not found: {', '.join(absent)}")
@@ -216,7 +248,8 @@ def cmd_run(args) -> int:
         print(f"# total: {len(runs)} runs, {steps:,} environment steps; {sum(r.done() for r in runs)} done, "
               f"{len(todo)} to run ({sum(r.target_step for r in todo):,} steps), "
               f"{sum((r.dir / CHECKPOINT).exists() for r in todo)} of them resumed"
-              + (f"; {len(busy)} left to their queued or running Slurm jobs" if busy else ""))
+              + (f"; {len(busy)} left to their queued or running Slurm jobs" if busy else "")
+              + (f"; {len(elsewhere)} {ELSEWHERE}" if elsewhere else ""))
         return 0
     if absent:
         raise SweepError(f"script(s) not found: {', '.join(absent)} (--labels runs a subset)")

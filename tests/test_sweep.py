@@ -2,8 +2,10 @@
 a real local sweep (two workers) against a stand-in training script that follows
 docs/CONVENTIONS.md, the submitit path (sbatch text, a job run as a mocked Slurm job, and the
 time-limit signal -> checkpoint -> requeue -> resume cycle through submitit's LocalExecutor), and one
-tiny real sweep with abs_pqn_atari.py."""
+tiny real sweep with abs_pqn_atari.py. Refused command lines and experiment files, two sweeps of one grid and a
+killed sweep: tests/test_sweep_faults.py."""
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -22,79 +24,13 @@ sys.path.insert(1, str(ROOT))
 import experiments  # noqa: E402
 import slurm  # noqa: E402
 import sweep  # noqa: E402
-
-# A stand-in for a training script, following the conventions: it writes eval_results.json
-# atomically into <output-dir>/<run-name>/, exits 1 for a seed in --fail-seeds, and with --sleep waits
-# for SIGTERM, on which it writes checkpoint.pt and exits 143.
-STANDIN = textwrap.dedent('''
-    import argparse, json, os, signal, sys, time
-    p = argparse.ArgumentParser()
-    for f in ("--env-id", "--output-dir", "--run-name", "--resume"):
-        p.add_argument(f)
-    for f in ("--seed", "--total-timesteps", "--checkpoint-every"):
-        p.add_argument(f, type=int)
-    p.add_argument("--fail-seeds", type=int, nargs="*", default=[])
-    p.add_argument("--sleep", type=float, default=0.0)
-    args, rest = p.parse_known_args()
-    run_dir = os.path.join(args.output_dir, args.run_name)
-    os.makedirs(run_dir, exist_ok=True)
-    def write(name, obj):
-        tmp = os.path.join(run_dir, name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f)
-        os.replace(tmp, os.path.join(run_dir, name))
-    def on_term(signum, frame):
-        write("checkpoint.pt", {"step": 1})
-        print("checkpointed on signal", signum, flush=True)
-        sys.exit(128 + signum)
-    signal.signal(signal.SIGTERM, on_term)
-    t0 = time.time()
-    print("training", args.env_id, args.seed, "pid", os.getpid(), flush=True)
-    if args.seed in args.fail_seeds:
-        print("boom: made to fail", file=sys.stderr)
-        sys.exit(1)
-    if args.resume:
-        assert os.path.exists(args.resume), args.resume
-    elif args.sleep:
-        while time.time() - t0 < args.sleep:
-            time.sleep(0.05)
-    write("eval_results.json", {"algo": "standin", "env_id": args.env_id, "seed": args.seed,
-                                "global_step": args.total_timesteps, "total_timesteps": args.total_timesteps,
-                                "resumed_from": args.resume, "extra": rest, "start": t0, "end": time.time(),
-                                "train_seconds": time.time() - t0, "args": {"seed": args.seed, "adapt": True},
-                                "eval": {"episodes": 1, "returns": [1.0], "lengths": [10], "mean": 1.0, "std": 0.0,
-                                         "median": 1.0, "min": 1.0, "max": 1.0, "capped": 0}})
-''')
+from sweep_standin import make_tiny, starts, sweep_cli  # noqa: E402
 
 
 @pytest.fixture
 def tiny(tmp_path):
-    """A tiny experiment (two labels, one game, two seeds) on the stand-in, in its own TOML."""
-    script = tmp_path / "standin.py"
-    script.write_text(STANDIN)
-    config = tmp_path / "tiny.toml"
-    config.write_text(textwrap.dedent(f'''
-        [experiments.tiny]
-        script = "{script}"
-        games = ["Pong-v5"]
-        seeds = [1, 2]
-        total_timesteps = 1000
-        checkpoint_every = 0
-        env_suffix = "-v5"
-        [experiments.tiny.labels]
-        A = ""
-        B = {{ flags = ["--sleep", "0.7", "--label-b"] }}
-    '''))
-    return ["--config", str(config), "--root", str(tmp_path / "sweeps")], tmp_path / "sweeps" / "tiny"
-
-
-def sweep_cli(*args, timeout=120, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "reproduce" / "sweep.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
-
-def starts(log: Path) -> int:
-    return sum(1 for line in log.read_text().splitlines() if experiments.START.match(line))
+    """A tiny experiment (two labels, one game, two seeds) on the stand-in (tests/sweep_standin.py), in its own TOML."""
+    return make_tiny(tmp_path)
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -337,13 +273,18 @@ def test_state_from_log(tmp_path):
     assert sweep.state(run) == "missing"
     run.log.parent.mkdir(parents=True)
     run.log.write_text("[sweep] 2026-01-01T00:00:00 start on h: python x.py\nstep 1\n")
-    assert sweep.state(run) == "running"
+    assert sweep.state(run) == "interrupted"  # started, never ended, and nobody holds its locks: killed
+    run.dir.mkdir()
+    for lock in (run.claim_file, run.dir / ".lock"):  # a sweep that owns the run, or its script
+        with open(lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            assert sweep.state(run) == "running" and experiments.live(run)
+        assert sweep.state(run) == "interrupted" and not experiments.live(run)
     run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:01:00 exit 143\n")
     assert sweep.state(run) == "interrupted"
     run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:02:00 start on h: python x.py\n"
                        "Traceback\n[sweep] 2026-01-01T00:03:00 exit 1\n")
     assert sweep.state(run) == "failed"
-    run.dir.mkdir()
     (run.dir / "eval_results.json").write_text('{"total_timesteps": 5, "global_step": 5}')  # a shorter run's result
     assert sweep.state(run) == "other-length" and not run.done()
     # A prefix of this run's protocol (--stop-at-step 4 of 10) is done only for a run that stops there too.
@@ -500,7 +441,8 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     pub = tmp_path / "pub" / "runs" / "tiny"
     assert sorted(p.name for p in (pub / "A" / "Pong-v5__1").iterdir()) == sorted(
         ["eval_results.json", "eval_results_at_500.json"] + [p.name for p in run.glob("events.out.tfevents.*")])
-    assert (pub / "A" / "logs" / "Pong-v5__1.log").read_text() == (exp_dir / "A" / "logs" / "Pong-v5__1.log").read_text()
+    logs = "A", "logs", "Pong-v5__1.log"
+    assert (pub.joinpath(*logs)).read_text() == (exp_dir.joinpath(*logs)).read_text()
     assert not list((tmp_path / "pub").rglob("*.pt")) and not list((tmp_path / "pub").rglob(".lock"))
     report = (tmp_path / "pub" / "report.md").read_text()
     again = sweep_cli("report", "tiny", "--config", opts[1], "--root", "pub/runs", "--games", "Pong-v5", "--seeds", "1",
@@ -525,7 +467,8 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
     assert "| A |" in data and "| B |" in data and "Pong: 2 |" in data and "Pong: 3 |" in data, data
     bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
-    assert bad.returncode == 2 and bad.stderr.startswith("error: no finished run of tiny") and not (tmp_path / "x").exists()
+    assert bad.returncode == 2 and bad.stderr.startswith("error: no finished run of tiny")
+    assert not (tmp_path / "x").exists()
     assert "--out" in sweep_cli("publish", "tiny", *opts).stderr  # required
     same = sweep_cli("publish", "tiny", "--config", opts[1], "--root", "pub/runs", "--out", "pub")
     assert same.returncode == 2 and "its runs/ is the --root itself" in same.stderr
@@ -574,7 +517,7 @@ def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alo
     assert sweep.main(["run", "tiny", *opts, "--labels", "A"]) == 0
     out = capsys.readouterr().out
     assert "skipping 1 run(s) whose Slurm job is queued or running: A/Pong-v5__1 (job 7_0 RUNNING)" in out
-    assert "1 to run" in out and asked == [["7_0", "7_1"], ["7_0", "7_1"]]
+    assert "1 to run" in out and asked == [["7_0", "7_1"], ["7_0", "7_1"], ["7_1"]]  # (the last: for its summary)
     assert not (exp_dir / "A" / "Pong-v5__1").exists() and not (logs / "Pong-v5__1.log").exists()
     assert (exp_dir / "A" / "Pong-v5__2" / "eval_results.json").exists()
 
@@ -845,123 +788,6 @@ def test_a_niced_sweep_gives_its_runs_session_group_its_niceness():
         assert p.returncode == 0 and p.stdout.split("\n")[0] == expected, (nice, p.stdout, p.stderr)
 
 
-# ----------------------------------------------------------------------------- refused command lines
-def refused(argv, capsys) -> str:
-    """The one line main() writes to stderr for a refused command line (exit 2); nothing runs or is printed."""
-    assert sweep.main(argv) == 2
-    out = capsys.readouterr()
-    assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith("error: "), out
-    return out.err
-
-
-# Every flag Run.command sets, in the spellings the scripts' parser (tyro) takes.
-SET_BY_THE_SWEEP = ("--env-id", "--seed", "--total-timesteps", "--output-dir", "--run-name", "--checkpoint-every",
-                    "--resume")
-SPELLINGS = [(flag, spelling) for flag in SET_BY_THE_SWEEP
-             for spelling in dict.fromkeys(((flag, "x"), (f"{flag}=x",), ("--" + flag[2:].replace("-", "_"), "x")))]
-
-
-@pytest.mark.parametrize("flag,tokens", SPELLINGS, ids=[" ".join(t) for _, t in SPELLINGS])
-def test_extra_args_that_set_what_the_sweep_sets_are_refused(tiny, capsys, flag, tokens):
-    opts, exp_dir = tiny
-    err = refused(["run", "tiny", *opts, "--dry-run", "--extra-args", " ".join(("--no-cuda", *tokens))], capsys)
-    assert err.startswith(f"error: --extra-args: {tokens[0].split('=')[0]} is set by the sweep itself"), err
-    assert not exp_dir.exists()
-
-
-def test_extra_args_refused_on_the_command_line_and_in_an_experiment(tiny, tmp_path, capsys):
-    opts, exp_dir = tiny
-    out = sweep_cli("run", "tiny", *opts, "--extra-args=--run_name=mine --no-cuda")
-    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
-    assert out.stderr.startswith("error: --extra-args: --run_name is set by the sweep itself") and not exp_dir.exists()
-    # the same flags are what a run's --extra-args may not repeat; others pass through
-    assert sweep.main(["run", "tiny", *opts, "--dry-run", "--seeds", "1", "--extra-args", "--seedling 3"]) == 0
-    assert capsys.readouterr().out.count("--seedling 3") == 2
-    assert "No closing quotation" in refused(["run", "tiny", *opts, "--dry-run", "--extra-args", '"--no-cuda'], capsys)
-    config = tmp_path / "bad.toml"
-    config.write_text('[experiments.bad]\nscript = "x.py"\ngames = ["Pong-v5"]\nseeds = [1]\ntotal_timesteps = 10\n'
-                      '[experiments.bad.labels]\nA = "--lr 1"\nB = "--seed 7"\n')
-    err = refused(["run", "bad", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
-    assert err.startswith(f"error: --config {config}: experiment bad, label B: --seed is set by the sweep"), err
-    with pytest.raises(experiments.SweepError, match="--extra-args: --resume is set by the sweep itself"):
-        builtin("mujoco", extra_args=["--resume=/tmp/c.pt"])
-
-
-BAD_NUMBERS = [
-    (["--scale", "inf"], "--scale inf: must be a finite number > 0"),
-    (["--scale", "nan"], "--scale nan: must be a finite number > 0"),
-    (["--scale", "0"], "--scale 0.0: must be a finite number > 0"),
-    (["--scale", "-1"], "--scale -1.0: must be a finite number > 0"),
-    (["--scale", "1e300"], "total timesteps is more than a 64-bit step counter holds"),
-    (["--seeds", "-1"], "--seeds: seed -1 is not an integer in [0, 2^31 - 10000 = 2147473648)"),
-    (["--seeds", "1", "2147473648"], "--seeds: seed 2147473648 is not an integer in [0, 2^31 - 10000"),
-    (["--seeds", "1", "1"], "--seeds: seed 1 is given twice"),
-    (["--seeds", "x"], "argument --seeds: invalid int value: 'x'"),
-    (["--games", "Pong", "Pong-v5"], "--games: Pong-v5 is given twice"),
-    (["--workers", "0"], "--workers 0: must be at least 1"),
-    (["--checkpoint-every", "-1"], "--checkpoint-every -1: must be at least 0"),
-    (["--gpus", "0,,1"], "--gpus '0,,1': must be distinct, comma-separated GPU ids"),
-    (["--gpus", "0,0"], "--gpus '0,0': must be distinct"),
-    (["--gpus-per-job", "-1"], "--gpus-per-job -1: must be at least 0"),
-    (["--cpus-per-job", "0"], "--cpus-per-job 0: must be at least 1"),
-    (["--time-min", "0"], "--time-min 0: must be at least 1"),
-    (["--mem-gb", "0"], "--mem-gb 0.0: must be a finite number > 0"),
-    (["--mem-gb", "inf"], "--mem-gb inf: must be a finite number > 0"),
-    (["--signal-delay-s", "-1"], "--signal-delay-s -1: must be at least 0"),
-    (["--time-min", "2", "--signal-delay-s", "120"], "--signal-delay-s 120: must be shorter than the time limit"),
-    (["--max-requeues", "-1"], "--max-requeues -1: must be at least 0"),
-    (["--slurm-arg", "=x"], "--slurm-arg takes KEY=VALUE"),
-]
-
-
-@pytest.mark.parametrize("extra,message", BAD_NUMBERS, ids=[" ".join(b[0]) for b in BAD_NUMBERS])
-def test_numbers_out_of_their_domain_are_refused(tiny, capsys, extra, message):
-    opts, exp_dir = tiny
-    argv = ["run", "tiny", *opts, "--dry-run", *extra]
-    if extra[0] == "--seeds" and extra[1] == "x":  # argparse's own error, one line too
-        with pytest.raises(SystemExit) as e:
-            sweep.main(argv)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
-        return
-    assert message in refused(argv, capsys)
-    assert not exp_dir.exists()
-
-
-def test_numbers_at_the_edge_of_their_domain_are_accepted_and_status_and_report_check_them_too(tiny, capsys):
-    opts, _ = tiny
-    assert sweep.main(["run", "tiny", *opts, "--dry-run", "--seeds", "0", str(2 ** 31 - 10001), "--workers", "1",
-                       "--checkpoint-every", "0", "--gpus-per-job", "0", "--max-requeues", "0", "--signal-delay-s",
-                       "0", "--time-min", "1", "--mem-gb", "0.5", "--scale", "1e-9"]) == 0
-    assert f"--seed {2 ** 31 - 10001} --total-timesteps 1 " in capsys.readouterr().out
-    for command in ("status", "report"):
-        assert "--seeds: seed -1 is not an integer" in refused([command, "tiny", *opts, "--seeds", "-1"], capsys)
-        assert "--scale inf: must be a finite number > 0" in refused([command, "tiny", *opts, "--scale", "inf"],
-                                                                     capsys)
-
-
-def test_refused_numbers_on_the_real_command_line_are_one_line(tiny):
-    opts, exp_dir = tiny
-    for extra in (["--scale", "inf"], ["--seeds", "-1"], ["--workers", "0"], ["--seeds", "x"]):
-        out = sweep_cli("run", "tiny", *opts, *extra)
-        assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
-        assert "Traceback" not in out.stderr and extra[0] in out.stderr
-    assert not exp_dir.exists()
-
-
-def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
-    games = {}
-    base = {"script": "x.py", "games": ["Pong-v5"], "seeds": [1], "total_timesteps": 10, "labels": {"A": ""}}
-    for change, message in (({"seeds": [1, -2]}, "experiment e: seed -2 is not an integer"),
-                            ({"seeds": ["1"]}, "experiment e: seed '1' is not an integer"),
-                            ({"total_timesteps": 0}, "experiment e: total_timesteps 0 is not an integer >= 1"),
-                            ({"checkpoint_every": -1}, "experiment e: checkpoint_every -1 is not an integer >= 0"),
-                            ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: games: Pong-v5 is given twice")):
-        with pytest.raises(experiments.SweepError, match=re.escape(message)):
-            experiments.expand("e", {"e": {**base, **change}}, games, tmp_path)
-    assert [r.seed for r in experiments.expand("e", {"e": base}, games, tmp_path)] == [1]
-
-
 def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     """Each local worker's run gets cores // workers threads for torch and envpool, as flags the script has (the
     MuJoCo script has no envpool); a thread flag the user gave (experiment, label or --extra-args) is kept."""
@@ -983,103 +809,3 @@ def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     assert len(commands) == 2 and all(c[-6:] == ["--stop-at-step", "2000000", "--torch-threads", threads,
                                                  "--env-threads", threads] for c in commands), out.stdout
     assert "4,000,000 steps" in out.stdout  # the prefix's steps, not 2 x 20M
-
-
-# ----------------------------------------------------------------------------- malformed experiment files
-GOOD = {"script": '"x.py"', "games": '["Pong-v5"]', "seeds": "[1]", "total_timesteps": "10", "labels": '{A = ""}'}
-# (key, TOML value, what the message says): every key of an experiment in a shape or domain it does not take
-MALFORMED = [
-    ("labels", "{}", "labels must be a non-empty table"),
-    ("labels", '["A"]', "labels must be a non-empty table"),
-    ("labels", "5", "labels must be a non-empty table"),
-    ("labels", '{A = 3}', "label A: flags must be a string or a list of strings"),
-    ("labels", '{A = [1]}', "label A: flags must be a string or a list of strings"),
-    ("labels", '{A = {script = 3}}', "label A: only 'script' (a non-empty string) and 'flags' allowed"),
-    ("labels", '{A = {script = ""}}', "label A: only 'script' (a non-empty string) and 'flags' allowed"),
-    ("labels", '{A = {script = "x.py", seed = 1}}', "label A: only 'script'"),
-    ("labels", '{".." = ""}', "label '..' is not a valid directory name"),
-    ("labels", '{"a/b" = ""}', "label 'a/b' is not a valid directory name"),
-    ("games", "3", "games must be a non-empty list of env ids, or the name of a [games] list, got 3"),
-    ("games", "[]", "games must be a non-empty list of env ids"),
-    ("games", "[1, 2]", "games: game 1 is not an env id that is one path component"),
-    ("games", "[true]", "games: game True is not an env id"),
-    ("games", '["../../x"]', "games: game '../../x' is not an env id that is one path component"),
-    ("games", '["a/b"]', "games: game 'a/b' is not an env id"),
-    ("games", '[".."]', "games: game '..' is not an env id"),
-    ("games", '[""]', "games: game '' is not an env id"),
-    ("games", '["-v5"]', "games: game '-v5' is not an env id"),
-    ("games", '["Pong-v5", "Pong-v5"]', "games: Pong-v5 is given twice"),
-    ("games", '"nolist"', "games 'nolist' names no [games] list"),
-    ("games", "{a = 1}", "games must be a non-empty list of env ids, or the name of a [games] list"),
-    ("seeds", "3", "seeds must be a non-empty list of integers, got 3"),
-    ("seeds", "[]", "seeds must be a non-empty list of integers"),
-    ("seeds", '"1"', "seeds must be a non-empty list of integers, got '1'"),
-    ("seeds", "[1.5]", "seed 1.5 is not an integer"),
-    ("seeds", "[true]", "seed True is not an integer"),
-    ("total_timesteps", '"10"', "total_timesteps '10' is not an integer >= 1"),
-    ("total_timesteps", "1.5", "total_timesteps 1.5 is not an integer >= 1"),
-    ("total_timesteps", "nan", "total_timesteps nan is not an integer >= 1"),
-    ("checkpoint_every", "true", "checkpoint_every True is not an integer >= 0"),
-    ("stop_at_step", "11", "stop_at_step 11 is not an integer in [1, total_timesteps = 10]"),
-    ("stop_at_step", "0", "stop_at_step 0 is not an integer in [1, total_timesteps = 10]"),
-    ("script", "3", "script must be a non-empty string, got 3"),
-    ("script", '""', "script must be a non-empty string"),
-    ("script", '["x.py"]', "script must be a non-empty string"),
-    ("env_suffix", "3", "env_suffix must be a non-empty string, got 3"),
-    ("benchmark", "[1]", "benchmark must be a non-empty string"),
-    ("description", "{}", "description must be a non-empty string"),
-    ("reference", "[1]", "reference must be a non-empty string"),
-    ("reference", '"B"', "reference 'B' is not one of its labels"),
-    ("comparisons", '[["A"]]', "comparisons must be a list of [label, label] pairs"),
-    ("comparisons", "3", "comparisons must be a list of [label, label] pairs"),
-    ("flags", "3", "flags must be a string or a list of strings"),
-    ("flags", '"--x \\"y"', "No closing quotation"),
-    ("flags", '"--seed 3"', "--seed is set by the sweep itself"),
-    ("gamez", "[1]", "unknown keys ['gamez']"),
-    ("script", None, "missing keys ['script']"),
-]
-
-
-@pytest.mark.parametrize("key,value,message", MALFORMED, ids=[f"{k}={v}" for k, v, _ in MALFORMED])
-def test_a_malformed_experiment_is_one_line_naming_its_file_experiment_and_key(tmp_path, capsys, key, value, message):
-    """Every command reads the file: each refuses it in one line that names the file, the experiment and the key,
-    exit 2, before anything is created."""
-    entries = {**GOOD, key: value} if value is not None else {k: v for k, v in GOOD.items() if k != key}
-    config = tmp_path / "mine.toml"
-    config.write_text("[experiments.e]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
-    for command in ("run", "status", "report"):
-        err = refused([command, "e", "--config", str(config), "--root", str(tmp_path / "r")], capsys)
-        assert err.startswith(f"error: --config {config}: experiment e") and message in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
-
-
-MALFORMED_FILES = [
-    ("experiments = 3", "[experiments] must be a table of [experiments.NAME] entries, got 3"),
-    ("games = 3", "[games] must be a table of NAME = [env ids] entries, got 3"),
-    ("[experiments]\ne = 3", "experiment e: must be a table [experiments.e]"),
-    ("[experiments]\ne = [1]", "experiment e: must be a table [experiments.e]"),
-    ("[games]\nfoo = 3", "game list foo must be a non-empty list of env ids, got 3"),
-    ("[games]\nfoo = [1]", "game list foo: game 1 is not an env id"),
-    ("[games]\nfoo = ['../x']", "game list foo: game '../x' is not an env id"),
-    ("[experiment.e]\nscript = 'x.py'", "unknown key(s) ['experiment']"),
-    ("[experiments.e\n", "Expected ']'"),
-]
-
-
-@pytest.mark.parametrize("text,message", MALFORMED_FILES, ids=[t for t, _ in MALFORMED_FILES])
-def test_a_malformed_experiments_file_is_one_line_naming_it(tmp_path, capsys, text, message):
-    config = tmp_path / "mine.toml"
-    config.write_text(text)
-    err = refused(["run", "e", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
-    assert err.startswith(f"error: --config {config}: ") and message in err, err
-    assert not (tmp_path / "r").exists()
-
-
-@pytest.mark.parametrize("game", ["../../../x", "a/b", "..", "-x", ".hidden", "a\\b", "x" * 201])
-def test_a_game_that_is_not_one_path_component_is_refused_before_anything_is_written(tmp_path, game):
-    """A game names its runs' directory and log: a '/' in it would write them outside --root."""
-    root = tmp_path / "deep" / "er" / "root"
-    out = sweep_cli("run", "mujoco", f"--games={game}", "--seeds", "1", "--root", str(root))
-    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out
-    assert out.stderr.startswith(f"error: --games: game {game!r} is not an env id that is one path component")
-    assert list(tmp_path.rglob("*")) == []  # no log, no directory: neither under --root nor beside it
