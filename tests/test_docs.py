@@ -329,3 +329,24 @@ def test_benchmarks_page_sizes_of_the_repository():
     assert checkout > 64 * 2**20
     if tracked_bytes(commit) is not None:
         assert (tracked_bytes(commit), tracked_bytes(commit, "results", events_only=True)) == (total, events)
+
+
+def test_ppo_atari_bounds_table_is_what_its_committed_runs_give():
+    """docs/ppo-atari.md's bounds table, cell by cell, is results/ppo-atari-bounds/table.py on the committed runs,
+    and the page's commands are those runs' flags (the stop step of each)."""
+    import importlib.util
+    import json
+
+    folder = ROOT / "results" / "ppo-atari-bounds"
+    spec = importlib.util.spec_from_file_location("bounds_table", folder / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    rows = table_rows(section("ppo-atari.md", "Choosing the divergence and its bounds"), "game")
+    runs = [folder / "runs" / f"{game}-fixed128" for game in ("Breakout", "Qbert")]
+    assert rows == [table.row(run) for run in runs]
+    page = " ".join((ROOT / "docs" / "ppo-atari.md").read_text(encoding="utf-8").split())
+    for run in runs:
+        args = json.loads((run / "eval_results.json").read_text())["args"]
+        assert (args["no_adapt"] if "no_adapt" in args else not args["adapt"]) and args["track_divergence"]
+        assert (args["adapt_freq"], args["total_timesteps"], args["seed"]) == (2, 10_000_000, 1)
+        assert f"--stop-at-step {args['stop_at_step']}" in page and args["run_name"] in page
