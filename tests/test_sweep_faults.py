@@ -22,7 +22,7 @@ import sweep  # noqa: E402
 from sweep_standin import make_tiny, starts, sweep_cli  # noqa: E402
 
 SWEEP = [sys.executable, str(ROOT / "reproduce" / "sweep.py")]
-# The summaries of the two sweeps of one grid
+# The summaries of the two sweeps of one grid (the first is docs/running.md#faults's example)
 FIRST_SUMMARY = "2 of 4 runs finished, 0 failed, 2 running elsewhere, 0 interrupted, 0 not started"
 SECOND_SUMMARY = "4 of 4 runs finished, 0 failed, 0 running elsewhere, 0 interrupted, 0 not started"
 
@@ -31,6 +31,14 @@ SECOND_SUMMARY = "4 of 4 runs finished, 0 failed, 0 running elsewhere, 0 interru
 def tiny(tmp_path):
     """A tiny experiment (two labels, one game, two seeds) on the stand-in, in its own TOML."""
     return make_tiny(tmp_path)
+
+
+def faults_section() -> str:
+    text = (ROOT / "docs" / "running.md").read_text()
+    return text.split("\n## Faults\n")[1].split("\n## ")[0]
+
+
+DOCS_ELSEWHERE = next(line.strip() for line in faults_section().splitlines() if "] running elsewhere " in line)
 
 
 def builtin(name, **kw):
@@ -392,6 +400,8 @@ def test_two_sweeps_of_one_grid_started_a_second_apart_share_it_without_a_failur
     assert sorted(re.findall(r"running elsewhere (\w) Pong-v5__(\d)", text[0])) == [("A", "2"), ("B", "2")]
     assert sorted(re.findall(r"\] ok +(\w) Pong-v5__(\d)", text[1])) == [("A", "2"), ("B", "2")], text[1]
     assert f"\n{FIRST_SUMMARY}\n" in text[0] and f"\n{SECOND_SUMMARY}\n" in text[1]
+    elsewhere = re.search(r"^\[\d/4\] running elsewhere A Pong-v5__2 .*$", text[0], re.M).group(0)
+    assert re.sub(r"\d+ s", "N s", elsewhere) == re.sub(r"\d+ s", "N s", DOCS_ELSEWHERE).replace("[3/4]", elsewhere[:5])
     for log in logs.values():  # one attempt each, its lines in order, no line of the other sweep
         assert attempts(log) == ["start", "source", "script", "exit 0"], log.read_text()
         assert len(pids(log)) == 1
@@ -546,3 +556,20 @@ def test_a_slurm_job_whose_run_is_running_elsewhere_leaves_it_alone(tiny, capsys
     assert "A Pong-v5__1: running elsewhere (another process holds its lock); this job leaves it to that " \
         "process" in capsys.readouterr().err
     assert not run.log.exists() and not run.dir.exists()
+
+
+def test_the_faults_section_of_the_docs_says_what_the_sweep_does(tmp_path, monkeypatch):
+    """docs/running.md#faults quotes the sweep's summary, its exit codes, the name rule and two refusals: the same as
+    the code prints and returns (the two sweeps' test checks its running-elsewhere line)."""
+    section = faults_section()
+    assert f"\n    {FIRST_SUMMARY}\n" in section
+    codes = dict(re.findall(r"^\| (\d+(?: \+ N)?) \| (.+) \|$", section, re.M))
+    assert list(codes) == ["0", "1", "2", str(sweep.RUNNING_ELSEWHERE), "128 + N"]
+    assert codes["75"].startswith("no run failed, and each run it did not finish is running elsewhere")
+    assert section.count(f"at most {experiments.NAME_BYTES}\n  bytes") == 1
+    monkeypatch.chdir(tmp_path)
+    for data in (b'[experiments."../esc"]\n', b'[experiments.e]\ndescription = "caf\xe9"\n'):
+        (tmp_path / "mine.toml").write_bytes(data)
+        with pytest.raises(experiments.SweepError) as e:
+            experiments.load_config("mine.toml")
+        assert f"error: {e.value}" in section, e.value
