@@ -810,17 +810,18 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
-             fire_after_life_loss=True):
-    """`episodes` whole games, epsilon-greedy, by abs_utils.play_atari_games; fire_after_life_loss presses FIRE on
-    the step after a lost life in games that have it (a difference from the paper: see the README)."""
+def evaluate(q_network, args, seed, device):
+    """--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games;
+    --eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/btr.md)."""
     def act(obs):
-        with autocast(device, bf16):
+        with autocast(device, args.bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
-        return select_actions(q_values, epsilon)[0].cpu().numpy()
+        return select_actions(q_values, args.eval_epsilon)[0].cpu().numpy()
 
-    envs = make_envs(env_id, min(num_envs, episodes), seed, train=False, max_episode_steps=max_episode_steps)
-    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None)
+    envs = make_envs(args.env_id, min(args.eval_num_envs, args.eval_episodes), seed, train=False,
+                     max_episode_steps=args.eval_max_episode_steps)
+    fire = U.fire_action(args.env_id) if args.eval_fire_after_life_loss else None
+    return U.play_atari_games(envs, act, args.eval_episodes, fire)
 
 
 if __name__ == "__main__":
@@ -950,7 +951,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(
-            greedy, args.env_id, args.eval_episodes, args.eval_epsilon, args.eval_num_envs, args.eval_max_episode_steps,
-            args.seed + 10_000, device, args.bf16, args.eval_fire_after_life_loss)
+        returns, lengths, capped, action_counts = evaluate(greedy, args, args.seed + 10_000, device)
     run.finish(global_step, returns, lengths, capped, action_counts)

@@ -432,16 +432,18 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(agent, env_id, episodes, greedy, num_envs, max_episode_steps, seed, device, fire_after_life_loss=True):
-    """`episodes` whole games by abs_utils.play_atari_games, with actions sampled from the policy (or its mode with
-    greedy); fire_after_life_loss presses FIRE on the step after a lost life in games that have it."""
+def evaluate(agent, args, seed, device):
+    """--eval-episodes whole games by abs_utils.play_atari_games, with actions sampled from the policy (or its mode
+    with --eval-greedy); --eval-fire-after-life-loss presses FIRE after a lost life in games that have it."""
     def act(obs):
         logits = agent.logits(torch.from_numpy(obs).to(device))
-        actions = logits.argmax(dim=1) if greedy else Categorical(logits=logits, validate_args=False).sample()
-        return actions.cpu().numpy()
+        sample = Categorical(logits=logits, validate_args=False).sample
+        return (logits.argmax(dim=1) if args.eval_greedy else sample()).cpu().numpy()
 
-    envs = make_envs(env_id, min(num_envs, episodes), seed, train=False, max_episode_steps=max_episode_steps)
-    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None)
+    envs = make_envs(args.env_id, min(args.eval_num_envs, args.eval_episodes), seed, train=False,
+                     max_episode_steps=args.eval_max_episode_steps)
+    fire = U.fire_action(args.env_id) if args.eval_fire_after_life_loss else None
+    return U.play_atari_games(envs, act, args.eval_episodes, fire)
 
 
 if __name__ == "__main__":
@@ -558,7 +560,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({'mode' if args.eval_greedy else 'sampled'} actions, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(
-            agent, args.env_id, args.eval_episodes, args.eval_greedy, args.eval_num_envs, args.eval_max_episode_steps,
-            args.seed + 10_000, device, args.eval_fire_after_life_loss)
+        returns, lengths, capped, action_counts = evaluate(agent, args, args.seed + 10_000, device)
     run.finish(global_step, returns, lengths, capped, action_counts)

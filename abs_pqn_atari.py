@@ -349,26 +349,26 @@ class Rollout:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
-def pqn_update(q_network, optimizer, obs, actions, returns, valid, epochs, num_minibatches, max_grad_norm,
-               forward=None, bf16=False):
-    """Epochs of minibatch MSE between Q(s, a) and the Q(lambda) return; returns mean loss and mean Q.
-    `forward` is q_network or its torch.compile wrapper (same weights)."""
+def pqn_update(q_network, optimizer, batch, epochs, args, forward=None):
+    """Epochs of --num-minibatches minibatch MSE between Q(s, a) and the Q(lambda) return over batch = (obs,
+    actions, returns, valid); returns mean loss and mean Q. `forward` is q_network or its torch.compile wrapper."""
+    obs, actions, returns, valid = batch
     forward = q_network if forward is None else forward
-    batch = obs.shape[0]
-    mb_size = batch // num_minibatches
+    size = obs.shape[0]
+    mb_size = size // args.num_minibatches
     losses, qs = [], []
     for _ in range(epochs):
-        perm = torch.randperm(batch, device=obs.device)
-        for start in range(0, batch, mb_size):
+        perm = torch.randperm(size, device=obs.device)
+        for start in range(0, size, mb_size):
             idx = perm[start : start + mb_size]
-            with autocast(obs.device, bf16):
+            with autocast(obs.device, args.bf16):
                 q_all = forward(obs[idx])
             q = q_all.float().gather(1, actions[idx].unsqueeze(1)).squeeze(1)
             w = valid[idx]  # drops envpool's reset transitions, whose action the env ignored
             loss = (w * (q - returns[idx]).pow(2)).sum() / w.sum().clamp(min=1.0)
             optimizer.zero_grad()
             loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
                 raise U.NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
                                     f"grad norm {grad_norm.item()})")
@@ -429,18 +429,19 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, env_id, episodes, epsilon, num_envs, max_episode_steps, seed, device, bf16=False,
-             fire_after_life_loss=True, protocol="quota"):
-    """`episodes` whole games, epsilon-greedy, by abs_utils.play_atari_games (protocol "quota" or "first-finished");
-    fire_after_life_loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md)."""
+def evaluate(q_network, args, seed, device):
+    """--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games (--eval-protocol);
+    --eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md)."""
     def act(obs):
-        with autocast(device, bf16):
+        with autocast(device, args.bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
-        return select_actions(q_values, epsilon)[0].cpu().numpy()
+        return select_actions(q_values, args.eval_epsilon)[0].cpu().numpy()
 
-    num_envs = num_envs if protocol == "first-finished" else min(num_envs, episodes)  # a quota env plays >= 1 game
-    envs = make_envs(env_id, num_envs, seed, train=False, max_episode_steps=max_episode_steps)
-    return U.play_atari_games(envs, act, episodes, U.fire_action(env_id) if fire_after_life_loss else None, protocol)
+    episodes, protocol = args.eval_episodes, args.eval_protocol
+    num_envs = args.eval_num_envs if protocol == "first-finished" else min(args.eval_num_envs, episodes)  # >= 1 game
+    envs = make_envs(args.env_id, num_envs, seed, train=False, max_episode_steps=args.eval_max_episode_steps)
+    fire = U.fire_action(args.env_id) if args.eval_fire_after_life_loss else None
+    return U.play_atari_games(envs, act, episodes, fire, protocol)
 
 
 if __name__ == "__main__":
@@ -526,9 +527,8 @@ if __name__ == "__main__":
                                            args.gamma, args.q_lambda)
             b_obs = rollout.obs[:L].reshape((L * E,) + rollout.obs.shape[2:])
             try:
-                td_loss, mean_q = pqn_update(q_network, optimizer, b_obs, rollout.actions[:L].reshape(-1),
-                                             returns.reshape(-1), rollout.valid[:L].reshape(-1), epochs,
-                                             args.num_minibatches, args.max_grad_norm, q_forward, args.bf16)
+                batch = (b_obs, rollout.actions[:L].reshape(-1), returns.reshape(-1), rollout.valid[:L].reshape(-1))
+                td_loss, mean_q = pqn_update(q_network, optimizer, batch, epochs, args, q_forward)
             except U.NonFiniteLoss as e:  # checkpoint_nonfinite.pt: the state before the failing step; exit 3
                 run.fail(global_step, e, state)
 
@@ -562,8 +562,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({args.eval_protocol}, epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(
-            q_forward, args.env_id, args.eval_episodes, args.eval_epsilon, args.eval_num_envs,
-            args.eval_max_episode_steps, args.seed + 10_000, device, args.bf16, args.eval_fire_after_life_loss,
-            args.eval_protocol)
+        returns, lengths, capped, action_counts = evaluate(q_forward, args, args.seed + 10_000, device)
     run.finish(global_step, returns, lengths, capped, action_counts)

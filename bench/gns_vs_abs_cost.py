@@ -88,11 +88,12 @@ def main():
     load0 = os.getloadavg()
     learner = copy.deepcopy(q)
     optimizer = torch.optim.RAdam(learner.parameters(), lr=2.5e-4)
+    update_flags = abs_pqn.Args(num_minibatches=4, max_grad_norm=10.0)
 
     def update():  # abs_pqn_atari.py's pqn_update at L = 32: 2 epochs x 4 minibatches of B / 4
         sync()
         t0 = time.perf_counter()
-        abs_pqn.pqn_update(learner, optimizer, obs, actions, returns, valid, 2, 4, 10.0)
+        abs_pqn.pqn_update(learner, optimizer, (obs, actions, returns, valid), 2, update_flags)
         sync()
         return time.perf_counter() - t0
 

@@ -532,9 +532,12 @@ def test_bad_flag_exits_2_with_one_line_and_no_run_directory(tmp_path):
 def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
     noop = lambda obs: torch.eye(4)[0].expand(len(obs), -1)  # noqa: E731  a greedy policy that never fires
     cpu = torch.device("cpu")
-    _, lengths, capped, actions = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu)
+    args = abs_btr.Args(env_id="Breakout-v5", eval_episodes=2, eval_epsilon=0.0, eval_num_envs=2,
+                        eval_max_episode_steps=600)
+    _, lengths, capped, actions = abs_btr.evaluate(noop, args, 3, cpu)
     assert capped == 0 and max(lengths) < 300 and actions[1:] == [0, 0, 0]
-    _, lengths, capped, _ = abs_btr.evaluate(noop, "Breakout-v5", 2, 0.0, 2, 600, 3, cpu, fire_after_life_loss=False)
+    args.eval_fire_after_life_loss = False
+    _, lengths, capped, _ = abs_btr.evaluate(noop, args, 3, cpu)
     assert capped == 2 and lengths == [600, 600]  # the paper's protocol: stalled after the first lost ball
 
 

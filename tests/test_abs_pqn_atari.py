@@ -395,15 +395,22 @@ def never_fires(num_actions):
     return lambda obs: torch.eye(num_actions)[0].expand(len(obs), -1)
 
 
+def eval_args(env_id, episodes, epsilon, num_envs, cap, fire=True, protocol="quota"):
+    """The evaluation flags evaluate() reads."""
+    return pqn.Args(env_id=env_id, eval_episodes=episodes, eval_epsilon=epsilon, eval_num_envs=num_envs,
+                    eval_max_episode_steps=cap, eval_fire_after_life_loss=fire, eval_protocol=protocol)
+
+
 def test_evaluation_presses_fire_after_a_lost_life_so_whole_games_end():
     cpu = torch.device("cpu")
-    returns, lengths, capped, actions = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu)
+    args = eval_args("Breakout-v5", episodes=3, epsilon=0.0, num_envs=2, cap=1000)
+    returns, lengths, capped, actions = pqn.evaluate(never_fires(4), args, 5, cpu)
     assert len(returns) == len(lengths) == 3 and capped == 0 and max(lengths) < 300  # every lost ball relaunched
     # The policy's own choices are counted (NOOP on every step of both envs), not the FIRE pressed for it.
     assert actions[1:] == [0, 0, 0] and actions[0] >= sum(lengths)
     # The paper's protocol (--no-eval-fire-after-life-loss): after the first lost life the game stalls to the cap.
-    _, lengths, capped, actions = pqn.evaluate(never_fires(4), "Breakout-v5", 3, 0.0, 2, 1000, 5, cpu,
-                                               fire_after_life_loss=False)
+    args.eval_fire_after_life_loss = False
+    _, lengths, capped, actions = pqn.evaluate(never_fires(4), args, 5, cpu)
     # Env 0 plays 2 games (1000 steps, envpool's reset step, 1000 steps) and env 1 along: 2 x 2001 NOOPs.
     assert capped == 3 and lengths == [1000] * 3 and actions == [4002, 0, 0, 0]
 
@@ -413,8 +420,8 @@ def test_evaluation_of_a_game_without_fire_is_the_same_with_and_without_the_flag
     results = []
     for fire in (True, False):
         torch.manual_seed(0)  # the same epsilon-greedy draws
-        results.append(pqn.evaluate(never_fires(num_actions), env_id, 2, 0.5, 2, 3000, 5, torch.device("cpu"),
-                                    fire_after_life_loss=fire))
+        args = eval_args(env_id, episodes=2, epsilon=0.5, num_envs=2, cap=3000, fire=fire)
+        results.append(pqn.evaluate(never_fires(num_actions), args, 5, torch.device("cpu")))
     (returns, lengths, capped, actions), other = results
     assert capped == 0 and max(lengths) < 3000  # the games ended: every life was lost, each a chance to differ
     assert (returns, lengths, capped, actions) == other and len(set(lengths)) == 2
@@ -606,8 +613,8 @@ def _param_change(net, bf16=False, compiled=False):
     forward = torch.compile(net) if compiled else net
     opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
     obs, actions, returns, valid = _update_batch()
-    loss, _ = pqn.pqn_update(net, opt, obs, actions, returns, valid, epochs=1, num_minibatches=2,
-                             max_grad_norm=10.0, forward=forward, bf16=bf16)
+    args = pqn.Args(num_minibatches=2, max_grad_norm=10.0, bf16=bf16)
+    loss, _ = pqn.pqn_update(net, opt, (obs, actions, returns, valid), 1, args, forward=forward)
     return torch.cat([(p.detach() - s).flatten() for p, s in zip(net.parameters(), start)]), loss
 
 
@@ -810,8 +817,8 @@ def test_first_finished_evaluation_favours_short_games_on_real_games():
     plays one game; the authors' order counts the first four games to end, all short, so the mean length drops."""
     q = torch.zeros(4, 4)
     q[:2, 0], q[2:, 1] = 1.0, 1.0  # greedy NOOP on envs 0 and 1, greedy FIRE on envs 2 and 3
-    results = {protocol: pqn.evaluate(lambda obs: q[: len(obs)], "Breakout-v5", 4, 0.0, 4, 400, 5,
-                                      torch.device("cpu"), fire_after_life_loss=False, protocol=protocol)
+    results = {protocol: pqn.evaluate(lambda obs: q[: len(obs)], eval_args("Breakout-v5", episodes=4, epsilon=0.0,
+                                      num_envs=4, cap=400, fire=False, protocol=protocol), 5, torch.device("cpu"))
                for protocol in ("quota", "first-finished")}
     _, lengths, capped, _ = results["quota"]
     assert sorted(lengths) == [121, 121, 400, 400] and capped == 2

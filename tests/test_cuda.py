@@ -217,8 +217,8 @@ def pqn_step(net, dev, batch):
     opt = torch.optim.RAdam(q.parameters(), lr=2.5e-4)  # the first RAdam step moves by lr times the gradient
     start = [p.detach().clone() for p in q.parameters()]
     # one minibatch: the update's random permutation (drawn on each device) only reorders a sum
-    loss, mean_q = pqn.pqn_update(q, opt, *(t.to(dev) for t in batch), epochs=1, num_minibatches=1,
-                                  max_grad_norm=10.0)
+    loss, mean_q = pqn.pqn_update(q, opt, tuple(t.to(dev) for t in batch), 1,
+                                  pqn.Args(num_minibatches=1, max_grad_norm=10.0))
     for p in q.parameters():
         assert p.device.type == dev.type and p.grad.device.type == dev.type
         assert opt.state[p]["exp_avg"].device.type == dev.type
@@ -371,8 +371,9 @@ def test_storage_targets_and_update_stay_on_the_device(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    loss, _ = pqn.pqn_update(net, opt, rollout.obs.reshape(L * E, 4, 84, 84), rollout.actions.reshape(-1),
-                             returns.reshape(-1), rollout.valid.reshape(-1), 2, 2, 10.0)
+    batch = (rollout.obs.reshape(L * E, 4, 84, 84), rollout.actions.reshape(-1), returns.reshape(-1),
+             rollout.valid.reshape(-1))
+    loss, _ = pqn.pqn_update(net, opt, batch, 2, pqn.Args(num_minibatches=2, max_grad_norm=10.0))
     assert np.isfinite(loss)
     assert all(opt.state[p]["exp_avg_sq"].device.type == device.type for p in net.parameters())
     if device.type == "cuda":  # the update's activations and optimiser state were allocated on the GPU

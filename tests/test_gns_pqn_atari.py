@@ -307,12 +307,13 @@ def test_authors_timing_estimates_after_the_update_on_the_batch_just_fitted(micr
     opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
     ref_opt = torch.optim.RAdam(ref.parameters(), lr=1e-3)
     torch.manual_seed(7)
-    _, _, est, seconds = gns.learn_with_gns(net, opt, obs, actions, returns, valid, 2, 2, 10.0, None, False,
-                                            True, "after", m, micro_batching)
+    args = gns.Args(num_minibatches=2, max_grad_norm=10.0, gns_timing="after", gns_micro_batches=m,
+                    gns_micro_batching=micro_batching)
+    _, _, est, seconds = gns.learn_with_gns(net, opt, (obs, actions, returns, valid), 2, args, None, True)
     # By hand: the same update (same random minibatches), then the order of the micro-batches, then the estimate.
     torch.manual_seed(7)
     before = copy.deepcopy(ref)
-    gns.pqn_update(ref, ref_opt, obs, actions, returns, valid, 2, 2, 10.0)
+    gns.pqn_update(ref, ref_opt, (obs, actions, returns, valid), 2, args)
     order = torch.randperm(L * E) if micro_batching == "shuffled" else torch.arange(L * E)
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters()))
     tr_S, G2 = hand_gns(ref, obs, actions, returns, valid, [order[:8], order[8:]])
@@ -331,18 +332,19 @@ def test_default_timing_estimates_before_the_update():
     opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
     ref_opt = torch.optim.RAdam(ref.parameters(), lr=1e-3)
     torch.manual_seed(5)
-    _, _, est, _ = gns.learn_with_gns(net, opt, obs, actions, returns, valid, 2, 2, 10.0, None, False,
-                                      True, "before", m, "shuffled")
+    args = gns.Args(num_minibatches=2, max_grad_norm=10.0, gns_timing="before", gns_micro_batches=m,
+                    gns_micro_batching="shuffled")
+    _, _, est, _ = gns.learn_with_gns(net, opt, (obs, actions, returns, valid), 2, args, None, True)
     torch.manual_seed(5)
     order = torch.randperm(L * E)  # drawn first, then the update's minibatches
     tr_S, G2 = hand_gns(ref, obs, actions, returns, valid, [order[:8], order[8:]])
-    gns.pqn_update(ref, ref_opt, obs, actions, returns, valid, 2, 2, 10.0)
+    gns.pqn_update(ref, ref_opt, (obs, actions, returns, valid), 2, args)
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters()))
     assert est[0] == pytest.approx(tr_S, rel=1e-6) and est[1] == pytest.approx(G2, rel=1e-6, abs=1e-9)
     # Without an estimate this is pqn_update alone.
     torch.manual_seed(5)
-    assert gns.learn_with_gns(net, opt, obs, actions, returns, valid, 1, 2, 10.0, None, False, False, "after", m,
-                              "shuffled")[2:] == (None, 0.0)
+    args.gns_timing = "after"
+    assert gns.learn_with_gns(net, opt, (obs, actions, returns, valid), 1, args, None, False)[2:] == (None, 0.0)
 
 
 # ------------------------------------------------------------------ validation and identity with abs_pqn_atari.py
