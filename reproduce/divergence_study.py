@@ -26,11 +26,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
 from cli import Parser  # noqa: E402
 from events import load_run_events  # noqa: E402
-from figures import band_rows, grid, legend_or_note, save  # noqa: E402  (it sets matplotlib's Agg backend)
+from figure_data import curve_band  # noqa: E402
+from figures import band_rows, grid, legend_or_note, plot_band, save  # noqa: E402  (it sets matplotlib's Agg backend)
 import matplotlib.pyplot as plt  # noqa: E402
 from measures import final_training_return  # noqa: E402
 from runs import RETURN_TAG, add_run, find_runs, out_problem  # noqa: E402
-from sections import fmt, md_table  # noqa: E402
+from tables import fmt, md_table  # noqa: E402
 
 KL, ESS, ITERATION = "adapt/kl", "adapt/divergence_ess", "losses/policy_loss"
 
@@ -196,8 +197,10 @@ def returns_figure(data, games, out: Path, bins: int) -> str:
     rows = []
     for i, (label, rs) in enumerate(data.items()):
         for game in games:
-            rows += band_rows(ax_of[game], [r["run"] for r in rs if r["run"].env_id == game], RETURN_TAG, bins, label,
-                              f"C{i}", [game]) or []
+            curve = curve_band([r["run"] for r in rs if r["run"].env_id == game], RETURN_TAG, bins)
+            if curve is not None:
+                plot_band(ax_of[game], label, f"C{i}", curve)
+                rows += band_rows((game,), label, curve)
     for game, ax in ax_of.items():
         ax.set(title=game, xlabel="environment steps", ylabel="training episodic return")
         legend_or_note(ax, "no runs")

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, first_move,
+from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, finite, first_move,
                    human_normalized_score, improvement_rate, late_variance, rank_correlation, robust_improvement,
                    tenth_means)
 
@@ -139,6 +139,37 @@ def burn_in(data, games) -> tuple[dict, list[str]]:
     return out, notes
 
 
+class BurnSummary(NamedTuple):
+    """A label's burn-in over its ABS runs of every game (burn_in), as the report states it."""
+    L_min: list  # the L its runs held during burn-in
+    share: tuple  # (mean, min, max) over its runs of the share of the early window in burn-in
+    at_L_min: tuple  # (mean, min, max) of the share at L_min in all (burn-in, then while L stayed there)
+    baselines: list  # (label, L): its compared fixed-batch labels whose runs share one fixed L
+    stayed: list  # (game, seed): the runs whose L never left L_min in the early window after a burn-in that ended
+
+
+def burn_summary(burn: dict, data, labels, pairs) -> tuple[dict, dict]:
+    """((game, label) -> the mean share at L_min over its seeds, label -> BurnSummary) of burn_in's runs."""
+    def spread(x):
+        return float(np.mean(x)), min(x), max(x)
+    rows = {k: float(np.mean([v.at_L_min for v in by_seed.values()])) for k, by_seed in burn.items()}
+    out = {}
+    for lb in labels:
+        runs = {(g, s): v for (g, label), by_seed in burn.items() if label == lb for s, v in by_seed.items()}
+        if not runs:
+            continue
+        baselines = []
+        for a, b in pairs:
+            fixed = sorted({r.args.get("num_steps") for d in data[b].values() for r in d.values()
+                            if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
+            if a == lb and len(fixed) == 1:
+                baselines.append((b, fixed[0]))
+        out[lb] = BurnSummary(sorted({v.L for v in runs.values()}), spread([v.share for v in runs.values()]),
+                              spread([v.at_L_min for v in runs.values()]), baselines,
+                              [k for k, v in runs.items() if v.at_L_min == 1.0 and v.share < 1.0])
+    return rows, out
+
+
 class Trend(NamedTuple):
     tag: str  # the divergence logged (adapt/divergence, adapt/kl, ...)
     n: int  # its measurements
@@ -233,8 +264,9 @@ def machine_time(data, games) -> dict:
 
 
 def improvement_rates(data, games, table, pairs):
-    """(a, b) -> {"paper": {game: rate}, "robust": {game: rate}, "excluded": [(game, why)]} for each compared
-    pair: the paper's form on per-game mean HNS (raw return outside Atari), the robust form on mean raw scores."""
+    """(a, b) -> {"paper": {game: rate}, "robust": {game: rate}, "excluded": [(game, why)], "paper summary" and
+    "robust summary": (mean, median, games) over the games the form is defined on} for each compared pair: the
+    paper's form on per-game mean HNS (raw return outside Atari), the robust form on mean raw scores."""
     def mean_of(lb, g, norm=True):
         return float(np.mean([normalized(r, table) if norm else r.score for r in data[lb][g].values()]))
     out = {}
@@ -254,7 +286,10 @@ def improvement_rates(data, games, table, pairs):
                 excluded.append((g, f"s_{b} = 0: the paper's form is undefined (kept in the robust form)"))
             if not np.isfinite(robust[g]):
                 excluded.append((g, "both scores 0: the robust form is undefined"))
-        out[(a, b)] = {"paper": paper, "robust": robust, "excluded": excluded}
+        out[(a, b)] = {"paper": paper, "robust": robust, "excluded": excluded,
+                       **{f"{form} summary": (finite(np.mean, r.values()), finite(np.median, r.values()),
+                                              int(np.isfinite(list(r.values())).sum()))
+                          for form, r in (("paper", paper), ("robust", robust))}}
     return out
 
 

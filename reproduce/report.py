@@ -19,28 +19,35 @@ Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `-
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,
 events.py reads their event files record by record and checks them for damage, measures.py takes each run's
-measures per seed, stats.py holds the statistics (no file access), sections.py writes the markdown and figures.py
-the figures. This file holds the command line and the order of the report's sections.
+measures per seed, stats.py holds the statistics (no file access), figure_data.py bins what the figures draw;
+then, from those numbers alone, sections.py (with tables.py's formats and tables) writes the markdown and
+figures.py draws the figures. This file holds the command line, and measures everything (measure) before it writes
+the report's sections in their order (write_report).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside it, however it is started
 import runs  # noqa: E402
 from cli import Parser  # noqa: E402
 from events import load_events  # noqa: E402
+from figure_data import FigureData, figure_data  # noqa: E402
 from figures import figures_section  # noqa: E402
-from measures import (aggregate_table, aggregate_values, burn_in, by_label, capped_evaluations,  # noqa: E402
-                      divergence_trends, early_late, final_training_return, hns_values, improvement_rates,
-                      machine_time, near_constant_evaluations, normalized, not_reached, per_seed, trend_counts)
+from measures import (aggregate_table, aggregate_values, burn_in, burn_summary, by_label,  # noqa: E402
+                      capped_evaluations, divergence_trends, early_late, final_training_return, hns_values,
+                      improvement_rates, machine_time, near_constant_evaluations, normalized, not_reached, per_seed,
+                      trend_counts)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
-from sections import (Frame, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
+from sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
+from stats import Compared, compare  # noqa: E402
+from tables import Frame  # noqa: E402
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
@@ -52,7 +59,55 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
     return data, games, notes
 
 
+@dataclass
+class Measured:
+    """Every number of one report, measured (measure) before any of it is written."""
+    capped: tuple  # measures.capped_evaluations: the runs cut at the step cap, the games where every run was
+    constant: list  # measures.near_constant_evaluations
+    agg: dict  # the aggregates across games per label (measures.aggregate_table)
+    agg_notes: list
+    evaluation: Compared  # the evaluation return
+    hns: Compared  # the evaluation HNS (the raw return outside Atari), by the IQM over seeds
+    final: Compared  # the final training return
+    early_late: EarlyLate
+    trends: dict  # measures.divergence_trends
+    trend_counts: dict
+    rates: dict  # measures.improvement_rates
+    times: dict  # measures.machine_time
+    figures: FigureData
+
+
+def measure(f: Frame, table: dict, args) -> Measured:
+    """Every number of the report of f's runs (args: --last-games, --reps, --seed, --bins)."""
+    data, games = f.data, f.games
+
+    def compared(values, pick=max, **how):
+        return compare(values, games, f.labels, f.pairs, pick, **how)
+    agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
+    burn, burn_notes = burn_in(data, games)
+    early, late, area = early_late(data, games)
+    early_hns = hns_values(early, table)
+    early_agg, early_agg_notes = aggregate_values(by_label(early_hns, games), args.reps, args.seed)
+    burn_rows, burn_labels = burn_summary(burn, data, f.labels, f.pairs)
+    trends = divergence_trends(data, games)
+    rates = improvement_rates(data, games, table, f.pairs)
+    return Measured(
+        capped=capped_evaluations(data, games, table), constant=near_constant_evaluations(data, games), agg=agg,
+        agg_notes=agg_notes, evaluation=compared(per_seed(data, games, lambda r: r.score), complete=f.complete),
+        hns=compared(per_seed(data, games, lambda r: normalized(r, table)), point="iqm", complete=f.complete,
+                     test=False),
+        final=compared(per_seed(data, games, lambda r: final_training_return(r, args.last_games)),
+                       complete=f.complete),
+        early_late=EarlyLate(early=compared(early), late=compared(late, min), area=compared(area),
+                             not_reached=not_reached(data, games), early_hns=compared(early_hns), early_agg=early_agg,
+                             early_agg_notes=early_agg_notes, burn=burn, burn_notes=burn_notes, burn_rows=burn_rows,
+                             burn_labels=burn_labels),
+        trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates, times=machine_time(data, games),
+        figures=figure_data(data, games, rates, args.bins, burn))
+
+
 def write_report(data, games, notes, args, table) -> Path:
+    """Measure every number of the report (measure), then write its sections in order from them, and its figures."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ref = args.reference or next(iter(data))
@@ -63,38 +118,28 @@ def write_report(data, games, notes, args, table) -> Path:
     pairs = [tuple(p) for p in args.compare] or ([] if skipped else reference_pairs(ref, data))
     notes = notes + [f"comparison {a} vs {b} skipped: {why}" for (a, b), why in skipped.items()]
     f = Frame(data, games, pairs)
-    agg, agg_notes = aggregate_table(data, games, table, args.reps, args.seed)
-    rates = improvement_rates(data, games, table, pairs)
+    m = measure(f, table, args)
     md = ["# Report", "", f"Generated by `reproduce/report.py` from {len(data)} label(s); benchmark: "
           f"{args.benchmark or 'the games found'} ({len(games)} games). Aggregates across games: 95% stratified-"
           f"bootstrap CIs (`rliable`, {args.reps} reps). Per game (a few runs of one game): the per-seed values, "
           "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
           "and an exact permutation p. *n* = runs a number rests on.", ""]
-    capped = capped_evaluations(data, games, table)
-    md += data_section(f, notes, args.runs, capped, near_constant_evaluations(data, games))
-    md += aggregate_section(agg, agg_notes + [f"{g}: every evaluation episode of every run was cut at the step cap "
-                                              "(see Data); its score here is that of games cut short"
-                                              for g in capped[1]], games, table, f.at)
+    md += data_section(f, notes, args.runs, m.capped, m.constant)
+    md += aggregate_section(m.agg, m.agg_notes + [f"{g}: every evaluation episode of every run was cut at the step "
+                                                  "cap (see Data); its score here is that of games cut short"
+                                                  for g in m.capped[1]], games, table, f.at)
     md += metric_section(f, Metric(f"Per-game evaluation return{f.at}",
-                                   "Each run's mean evaluation return (raw game score)",
-                                   per_seed(data, games, lambda r: r.score)))
-    md += per_game_iqm_section(f, per_seed(data, games, lambda r: normalized(r, table)),
-                               atari=any(g in table for g in games))
+                                   "Each run's mean evaluation return (raw game score)", m.evaluation))
+    md += per_game_iqm_section(f, m.hns, atari=any(g in table for g in games))
     md += metric_section(f, Metric(
         f"Final training return{f.at}", f"Each run's mean of its last {args.last_games} games (`{RETURN_TAG}`, the "
         "training metric of CleanRL's published results, read by openrlbenchmark, whose spread is the population std "
-        "over seeds, also given)", per_seed(data, games, lambda r: final_training_return(r, args.last_games)), std=True,
-        left_out=left_out_line(f)))
-    burn = burn_in(data, games)
-    early, late, area = early_late(data, games)
-    early_hns = hns_values(early, table)
-    md += early_late_section(f, early, late, area, *burn, not_reached(data, games),
-                             (early_hns, *aggregate_values(by_label(early_hns, games), args.reps, args.seed), table))
-    trends = divergence_trends(data, games)
-    md += divergence_trend_section(f, trends, trend_counts(trends, f.labels))
-    md += improvement_section(rates, games, ref, skipped, f.at)
-    md += machine_time_section(machine_time(data, games))
-    md += figures_section(data, games, agg, rates, out, args.bins, burn[0])
+        "over seeds, also given)", m.final, std=True, left_out=left_out_line(f)))
+    md += early_late_section(f, m.early_late, table)
+    md += divergence_trend_section(f, m.trends, m.trend_counts)
+    md += improvement_section(m.rates, games, ref, skipped, f.at)
+    md += machine_time_section(m.times)
+    md += figures_section(m.figures, m.agg, out)
     (out / "report.md").write_text("\n".join(md))
     return out / "report.md"
 

@@ -1,96 +1,52 @@
-"""The report's markdown: number formats, tables, and its sections. Every per-seed metric (the evaluation return,
-the final training return, the early return, the late variance, the whole-run return) gets its section from one
-builder, metric_section: per-seed values with their mean and Student-t interval, the best-of-all and pairwise
-counts, and the differences of each compared pair (Welch's interval, the exact permutation p).
+"""The report's sections, from what measures.py and stats.py computed (nothing is computed here), built of
+tables.py's formats and tables. Every per-seed metric (the evaluation return, the final training return, the early
+return, the late variance, the whole-run return) gets its section from one builder, metric_section, of its
+stats.Compared: per-seed values with their mean and Student-t interval, the best-of-all and pairwise counts, and
+the differences of each compared pair (Welch's interval, the exact permutation p).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import comb
+from typing import NamedTuple
 
 import numpy as np
 
 from measures import AGGREGATES, NEAR_CONSTANT_SHARE, runs_of
 from runs import RETURN_TAG, reached
-from stats import (IQM_TRIMS_FROM, best_by, finite, iqm, min_permutation_p, pairwise_wins, permutation_p,
-                   t_interval, welch_interval)
-
-
-@dataclass(frozen=True)
-class Frame:
-    """What every section of one report reads: the runs data[label][game][seed] (the reference label first), the
-    games reported and the compared pairs (A, baseline B)."""
-    data: dict
-    games: list
-    pairs: list
-
-    @property
-    def labels(self) -> list[str]:
-        return list(self.data)
-
-    @property
-    def complete(self) -> list[str]:
-        """The games every label ran."""
-        return [g for g in self.games if all(g in d for d in self.data.values())]
-
-    @property
-    def at(self) -> str:
-        """" at 2,000,000 of 20,000,000 steps" when the runs are prefixes (--stop-at-step) that stopped at one step
-        of one protocol, " at each run's stop (see Data)" when they stopped at several, "" when every run is complete:
-        the heading suffix of every number read at a run's end."""
-        runs = runs_of(self.data, self.games)
-        if all(r.complete for r in runs):
-            return ""
-        stops = {reached(r) for r in runs}
-        return f" at {stops.pop()}" if len(stops) == 1 else " at each run's stop (see Data)"
+from stats import IQM_TRIMS_FROM, Compared
+from tables import (PER_SEED_HOW, Frame, best_count_line, differences, fmt, fmt_pct, md_table, pairwise_lines,
+                    seed_table)
 
 
 @dataclass
 class Metric:
-    """One per-seed metric's section (metric_section): values (game, label) -> {seed: value} and its wording."""
+    """One per-seed metric's section (metric_section): its values compared (stats.compare) and its wording."""
     title: str
     what: str  # what one value is: "Each run's ..."
-    values: dict
+    compared: Compared
     word: str = "higher"  # the pairwise count's "A {word} in k of N games"
-    pick: object = max  # the better of two values: max or min
     std: bool = False  # a population-std column (the spread CleanRL's published results give)
     left_out: list = field(default_factory=list)  # lines naming the runs left out of it
-    sub: bool = False  # a subsection of "Early / late training" (its heading level and wording)
+    sub: bool = False  # a subsection of "Early / late training" (its heading level and wording; its best counts
+    # are over the games every label has values for, the other metrics' over the games every label ran)
     not_reached: dict = field(default_factory=dict)  # (game, label) -> seeds of prefix runs that stopped before it
 
 
-# ----------------------------------------------------------------------------- formats
-def fmt(x: float) -> str:
-    if x is None or not np.isfinite(x):
-        return "–"
-    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+class EarlyLate(NamedTuple):
+    """What "Early / late training" states, measured before it is written (report.py)."""
+    early: Compared
+    late: Compared
+    area: Compared  # the whole-run return
+    not_reached: dict  # metric -> {(game, label): seeds} (measures.not_reached)
+    early_hns: Compared  # the early return as HNS, on the Atari games
+    early_agg: dict  # its aggregates across games (measures.aggregate_values)
+    early_agg_notes: list
+    burn: dict  # measures.burn_in's
+    burn_notes: list
+    burn_rows: dict  # (game, label) -> mean share at L_min (measures.burn_summary)
+    burn_labels: dict  # label -> measures.BurnSummary
 
 
-def fmt_pct(x: float) -> str:
-    """A rate in %, at one decimal whatever its size (fmt gives three decimals below 10: 9.921% beside 32.5%)."""
-    return f"{x:.1f}%" if x is not None and np.isfinite(x) else "–"
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def min_p_statement(na: int, nb: int, alpha: float = 0.05) -> str:
-    """The plain reading of min_permutation_p: whether any difference can reach p < alpha with these counts."""
-    p, n = min_permutation_p(na, nb), comb(na + nb, na)
-    head = f"with {na} vs {nb} runs the smallest possible p is {fmt_p(p)} ({2 if na == nb else 1} of {n} relabellings)"
-    return f"{head}: no difference can reach p < {alpha:g}" if p >= alpha else f"{head}, below {alpha:g}"
-
-
-def fmt_p(p: float) -> str:
-    if p is None or not np.isfinite(p):
-        return "–"
-    return f"{p:.2f}" if p >= 0.095 else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
-
-
-def marked(text: str | None, is_best: bool) -> str:
-    return "missing" if text is None else (f"**{text}**" if is_best else text)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -224,123 +180,38 @@ def aggregate_section(agg, agg_notes, games, table, at="", heading="## Aggregate
     return md + [""]
 
 
-PER_SEED_HOW = ("per seed (seed: value), their mean and a Student-t 95% CI of the mean, mean ± t_{0.975, n-1} · "
-                "s / √n (s: the sample standard deviation over the seeds; none at n = 1)")
-
-
-def seeds_text(vals: dict) -> str:
-    return ", ".join(f"{seed}: {fmt(v)}" for seed, v in vals.items())
-
-
-def t_text(vals: dict) -> str:
-    if len(vals) < 2:
-        return "n = 1, no interval"
-    _, lo, hi = t_interval(list(vals.values()))
-    return f"[{fmt(lo)}, {fmt(hi)}]"
-
-
-def seed_table(f: Frame, values, best, std=False, iqm_column=False, not_reached=None) -> str:
-    """One row per game and label: per-seed values, mean (bold: best), Student-t 95% CI, n; optionally the
-    population std over seeds and the IQM over seeds (= mean where it trims nothing). A label without values on a
-    game has "not reached" when its runs stopped before the metric's window (not_reached), "no data" when it ran
-    the game, else "missing"."""
-    rows = []
-    for g in f.games:
-        for lb in f.labels:
-            vals = values.get((g, lb))
-            if vals is None:
-                missing = ("not reached" if (g, lb) in (not_reached or {}) else "no data") if g in f.data[lb] \
-                    else "missing"
-                rows.append([g, lb, missing, "–", "–", *(["–"] if std else []), *(["–"] if iqm_column else []),
-                             "0"])
-                continue
-            x = list(vals.values())
-            extra = [fmt(float(np.std(x))) if len(x) > 1 else "–"] if std else []  # one seed: no spread to state
-            if iqm_column:  # bold goes to the IQM (best: by the IQM)
-                extra.append(marked(fmt(iqm(x)) if len(x) >= IQM_TRIMS_FROM else f"{fmt(float(np.mean(x)))} (= mean)",
-                                    lb in best[g]))
-            rows.append([g, lb, seeds_text(vals), marked(fmt(float(np.mean(x))), lb in best[g] and not iqm_column),
-                         t_text(vals), *extra, str(len(x))])
-    header = ["game", "label", "per seed (seed: value)", "mean", "Student-t 95% CI",
-              *(["population std"] if std else []), *(["IQM over seeds"] if iqm_column else []), "n"]
-    return md_table(header, rows)
-
-
-def differences(f: Frame, values) -> list[str]:
-    """For each compared pair A vs B and game both have values for: A - B (difference of means), Welch's 95% CI,
-    the exact permutation p, and a plain statement for every run count too small for p < 0.05."""
-    rows, counts = [], {}
-    for a, b in f.pairs:
-        for g in f.games:
-            if (g, a) not in values or (g, b) not in values:
-                continue
-            xa, xb = list(values[(g, a)].values()), list(values[(g, b)].values())
-            diff, lo, hi, df = welch_interval(xa, xb)
-            if len(xa) < 2 or len(xb) < 2:
-                ci = f"n = {min(len(xa), len(xb))}, no interval"
-            elif not np.isfinite(df):
-                ci = "no spread, no interval"
-            else:
-                ci = f"[{fmt(lo)}, {fmt(hi)}]"
-            p, n, exact = permutation_p(xa, xb)
-            rows.append([g, f"{a} − {b}", fmt(diff), ci, f"{df:.2f}" if np.isfinite(df) else "–",
-                         fmt_p(p) + ("" if exact else " (sampled)"),
-                         f"{n:,}" + ("" if exact else f" of {comb(len(xa) + len(xb), len(xa)):,}"),
-                         f"{len(xa)} vs {len(xb)}"])
-            counts.setdefault((a, b), {}).setdefault((len(xa), len(xb)), []).append(g)
-    if not rows:
-        return ["Differences: no game has runs of both labels of a compared pair.", ""]
-    md = ["Differences, A − B, per compared pair and game: the difference of the means over seeds; Welch's 95% CI "
-          "(Welch–Satterthwaite df); the exact two-sided permutation p over every split of the runs into groups of "
-          "their sizes, C(n_A + n_B, n_A) relabellings (statistic: the difference of means; p = the share of "
-          "relabellings whose |difference| is at least the observed one).", "",
-          md_table(["game", "A − B", "difference of means", "Welch 95% CI", "Welch df", "permutation p",
-                    "relabellings", "runs"], rows), ""]
-    for (a, b), by_n in counts.items():
-        for (na, nb), gs in by_n.items():
-            md.append(f"- {a} vs {b} ({', '.join(gs)}): {min_p_statement(na, nb)}.")
-    return md + [""]
-
-
-
-
 def metric_section(f: Frame, m: Metric) -> list[str]:
     """A per-seed metric's section: its per-game table of per-seed values, the best-of-all and pairwise counts of
     the means, and the differences of each compared pair."""
-    if m.not_reached and not m.values:  # every run stopped before the metric's window
+    c = m.compared
+    if m.not_reached and not c.seeds:  # every run stopped before the metric's window
         return [f"{'###' if m.sub else '##'} {m.title}", "", f"Not reached: every run stopped at {prefix_stops(f)} "
                 "(`--stop-at-step`), before this metric's window.", ""]
-    means = {k: float(np.mean(list(v.values()))) for k, v in m.values.items()}
-    best = best_by(means, f.games, f.labels, m.pick)
-    if m.sub:  # in "Early / late training": counted over the games every label has values for
-        heading, bold, count, both = "###", "highest" if m.pick is max else "lowest", m.word, "have data for"
-        complete = [g for g in f.games if all((g, lb) in m.values for lb in f.labels)]
+    if m.sub:  # in "Early / late training"
+        heading, bold, count, both = "###", "highest" if c.pick is max else "lowest", m.word, "have data for"
     else:
-        heading, bold, both = "##", "lowest" if m.pick is min else "best", "ran"
-        count, complete = "best" if m.word == "higher" else m.word, f.complete
+        heading, bold, both = "##", "lowest" if c.pick is min else "best", "ran"
+        count = "best" if m.word == "higher" else m.word
     return [f"{heading} {m.title}", "", f"{m.what}: {PER_SEED_HOW}; {bold} mean in bold.", "", *m.left_out,
-            seed_table(f, m.values, best, m.std, not_reached=m.not_reached), "",
-            best_count_line(best, f.labels, complete, count), "",
+            seed_table(f, c, m.std, not_reached=m.not_reached), "", best_count_line(c, f.labels, count), "",
             f"Pairwise counts of the means (games both labels {both}; a tie is no win), with no regard to the seed "
             "spread (see the differences below):",
-            *pairwise_lines(f, means, m.word, m.pick), "", *differences(f, m.values)]
+            *pairwise_lines(f, c, m.word), "", *differences(c)]
 
 
-def per_game_iqm_section(f: Frame, values, atari: bool) -> list[str]:
-    """The paper's per-game table, the IQM over seeds (of HNS on Atari, of the raw return elsewhere). The IQM of
-    fewer than 4 values trims nothing: where every cell has n <= 3 it is the mean, so outside Atari (where it would
-    repeat the evaluation table) the table is left out, and on Atari it is shown as the mean HNS."""
+def per_game_iqm_section(f: Frame, c: Compared, atari: bool) -> list[str]:
+    """The paper's per-game table, the IQM over seeds (of HNS on Atari, of the raw return elsewhere; c: compared by
+    the IQM). The IQM of fewer than 4 values trims nothing: where every cell has n <= 3 it is the mean, so outside
+    Atari (where it would repeat the evaluation table) the table is left out, and on Atari it is shown as the mean
+    HNS."""
     title = ("Per-game human-normalised score" if atari else "Per-game IQM of evaluation return") + f.at
-    small = all(len(v) < IQM_TRIMS_FROM for v in values.values())
+    small = not c.trims
     trims = (f"The IQM (the 25% trimmed mean) of n values drops int(n / 4) from each end: with n <= "
              f"{IQM_TRIMS_FROM - 1} it drops nothing and equals the mean.")
     if small and not atari:
         return [f"## {title}", "", f"Not shown. {trims} Every label has at most {IQM_TRIMS_FROM - 1} runs of each "
                 "game here, so the IQM over seeds of the evaluation return is the mean in \"Per-game evaluation "
                 "return\" above.", ""]
-    points = {k: (float(np.mean(list(v.values()))) if len(v) < IQM_TRIMS_FROM else iqm(list(v.values())))
-              for k, v in values.items()}
-    best = best_by(points, f.games, f.labels)
     unit = "human-normalised score (HNS)" if atari else "mean evaluation return (raw)"
     if small:
         what = (f"Each run's {unit}: {PER_SEED_HOW}; best mean in bold. The paper's per-game table gives the IQM "
@@ -348,20 +219,20 @@ def per_game_iqm_section(f: Frame, values, atari: bool) -> list[str]:
     else:
         what = (f"Each run's {unit}: {PER_SEED_HOW}, and the IQM over seeds (the paper's per-game table); best IQM "
                 f"in bold. {trims} Cells with n <= {IQM_TRIMS_FROM - 1} show the mean, marked \"(= mean)\".")
-    md = [f"## {title}", "", what, "", seed_table(f, values, best, iqm_column=not small), "",
-          best_count_line(best, f.labels, f.complete, "best"), "",
+    md = [f"## {title}", "", what, "", seed_table(f, c, iqm_column=not small), "",
+          best_count_line(c, f.labels, "best"), "",
           f"Pairwise counts of the {'means' if small else 'IQMs'} (games both labels ran; a tie is no win):",
-          *pairwise_lines(f, points, "higher"), ""]
+          *pairwise_lines(f, c, "higher"), ""]
     if atari:
         md += ["Differences: as in \"Per-game evaluation return\" (per game HNS is an affine map of the return, so "
                "the permutation p-values are the same and the intervals scale).", ""]
     return md
 
 
-def burn_in_lines(f: Frame, burn) -> list[str]:
+def burn_in_lines(f: Frame, el: EarlyLate) -> list[str]:
     """The share of the early window each ABS label's runs spent in burn-in at L_min, and at L_min in all (burn-in,
-    then while the divergence kept L there), per run and on average (measures.burn_in)."""
-    if not burn:
+    then while the divergence kept L there), per run and on average (measures.burn_in, measures.burn_summary)."""
+    if not el.burn:
         return []
 
     def steps(v):
@@ -370,13 +241,13 @@ def burn_in_lines(f: Frame, burn) -> list[str]:
     def shares(v):
         return ", ".join(f"{seed}: {100 * x:.1f}%" for seed, x in v.items())
     rows = []
-    for (g, lb), by_seed in burn.items():
+    for (g, lb), by_seed in el.burn.items():
         rows.append([g, lb, ", ".join(f"{x:g}" for x in sorted({v.L for v in by_seed.values()})),
                      ", ".join(str(w) for w in sorted({v.window for v in by_seed.values()})),
                      steps({s: v.end for s, v in by_seed.items()}), shares({s: v.share for s, v in by_seed.items()}),
                      steps({s: v.moved for s, v in by_seed.items()}),
-                     shares({s: v.at_L_min for s, v in by_seed.items()}),
-                     f"{100 * np.mean([v.at_L_min for v in by_seed.values()]):.1f}%", str(len(by_seed))])
+                     shares({s: v.at_L_min for s, v in by_seed.items()}), f"{100 * el.burn_rows[(g, lb)]:.1f}%",
+                     str(len(by_seed))])
     md = ["### Burn-in in the early window", "",
           "An ABS run holds L at L_min until its W-th divergence measurement (W = its --window; the first "
           "measurement that may move L), read from its adapt/* events (one per measurement, at the step it was "
@@ -386,63 +257,53 @@ def burn_in_lines(f: Frame, burn) -> list[str]:
           md_table(["game", "label", "L_min", "W", "burn-in ends at step (seed: step)",
                     "share in burn-in (seed: share)", "L first leaves L_min at step (seed: step)",
                     "share at L_min (seed: share)", "mean share at L_min", "n"], rows), ""]
-    for lb in f.labels:
-        entries = {(g, s): v for (g, label), by_seed in burn.items() if label == lb for s, v in by_seed.items()}
-        if not entries:
-            continue
-        burnt, at_min = [v.share for v in entries.values()], [v.at_L_min for v in entries.values()]
-        lmin = ", ".join(f"{x:g}" for x in sorted({v.L for v in entries.values()}))
-        baselines = []
-        for a, b in f.pairs:
-            fixed = sorted({r.args.get("num_steps") for d in f.data[b].values() for r in d.values()
-                            if r.args.get("adapt") is False and r.args.get("num_steps") is not None})
-            if a == lb and len(fixed) == 1:
-                baselines.append(f"{b}: fixed L = {fixed[0]}")
-        stayed = [f"{g} seed {s}" for (g, s), v in entries.items() if v.at_L_min == 1.0 and v.share < 1.0]
-        md.append(f"- {lb}: on average {100 * np.mean(burnt):.1f}% of the early window (runs: "
-                  f"{100 * min(burnt):.1f}-{100 * max(burnt):.1f}%) is burn-in at L = {lmin}, and "
-                  f"{100 * np.mean(at_min):.1f}% (runs: {100 * min(at_min):.1f}-{100 * max(at_min):.1f}%) ran at "
+    for lb, b in el.burn_labels.items():
+        lmin = ", ".join(f"{x:g}" for x in b.L_min)
+        baselines = [f"{label}: fixed L = {L}" for label, L in b.baselines]
+        md.append(f"- {lb}: on average {100 * b.share[0]:.1f}% of the early window (runs: "
+                  f"{100 * b.share[1]:.1f}-{100 * b.share[2]:.1f}%) is burn-in at L = {lmin}, and "
+                  f"{100 * b.at_L_min[0]:.1f}% (runs: {100 * b.at_L_min[1]:.1f}-{100 * b.at_L_min[2]:.1f}%) ran at "
                   f"L = {lmin} in all. "
                   + (f"Its early return is mostly that of a fixed L = {lmin}"
                      + (f" ({'; '.join(baselines)})" if baselines else "") + ", not of the ABS schedule."
-                     if np.mean(at_min) > 0.5 else "Most of its early window ran with L moved from L_min.")
-                  + (f" L did not leave L_min in the early window after the burn-in in: {', '.join(stayed)}."
-                     if stayed else ""))
+                     if b.at_L_min[0] > 0.5 else "Most of its early window ran with L moved from L_min.")
+                  + (f" L did not leave L_min in the early window after the burn-in in: "
+                     f"{', '.join(f'{g} seed {s}' for g, s in b.stayed)}." if b.stayed else ""))
     return md + [""]
 
 
-def early_late_section(f: Frame, early, late, area, burn, burn_notes, unreached=None, early_hns=None) -> list[str]:
+def early_late_section(f: Frame, el: EarlyLate, table: dict) -> list[str]:
     md = ["## Early / late training", "",
           f"From `{RETURN_TAG}`, per run: early = its mean episodic return over the first 10% of training steps; "
           "late = the variance of its episodic return over the last 10% (population variance, at least two games "
           "there); whole run = the area under its learning curve per step, the mean over the ten tenths of its "
           "steps of its mean episodic return in each tenth (sample efficiency: every phase of training weighs the "
           "same). n = the runs with games in that window.", "", *left_out_line(f)]
-    unreached = unreached or {}
-    if any(unreached.values()):
+    if any(el.not_reached.values()):
         md += [f"Prefix runs (stopped at {prefix_stops(f)}): the early window is the first 10% of the protocol's "
                "steps (`--total-timesteps`), not of the steps they trained; a window a run stopped before is \"not "
                "reached\".", ""]
-    for metric in (Metric("Early return", "Each run's early return", early, "higher early", sub=True,
-                          not_reached=unreached.get("early", {})),
-                   Metric("Late variance", "Each run's late variance", late, "lower late variance", min, sub=True,
-                          not_reached=unreached.get("late", {})),
-                   Metric("Whole-run return", "Each run's whole-run return (learning curve area)", area,
-                          "higher whole-run return", sub=True, not_reached=unreached.get("whole", {}))):
+    for metric in (Metric("Early return", "Each run's early return", el.early, "higher early", sub=True,
+                          not_reached=el.not_reached.get("early", {})),
+                   Metric("Late variance", "Each run's late variance", el.late, "lower late variance", sub=True,
+                          not_reached=el.not_reached.get("late", {})),
+                   Metric("Whole-run return", "Each run's whole-run return (learning curve area)", el.area,
+                          "higher whole-run return", sub=True, not_reached=el.not_reached.get("whole", {}))):
         md += metric_section(f, metric)
-        if metric.title == "Early return" and early_hns and early_hns[0]:  # Atari games with an early return
-            md += early_hns_section(f, *early_hns)
-    md += burn_in_lines(f, burn)
-    return md + ([f"- {n}" for n in burn_notes] + [""] if burn_notes else [])
+        if metric.title == "Early return" and el.early_hns.seeds:  # Atari games with an early return
+            md += early_hns_section(f, el, table)
+    md += burn_in_lines(f, el)
+    return md + ([f"- {n}" for n in el.burn_notes] + [""] if el.burn_notes else [])
 
 
-def early_hns_section(f: Frame, values, agg, agg_notes, table) -> list[str]:
+def early_hns_section(f: Frame, el: EarlyLate, table: dict) -> list[str]:
     """The early return as a human-normalised score on the Atari games: per game (the seed table, counts and
     differences of metric_section) and its aggregates across games with stratified-bootstrap CIs."""
     md = metric_section(f, Metric("Early return, human-normalised", "Each run's early return as a human-normalised "
-                                  "score, (early return - random) / (human - random)", values, "higher early",
+                                  "score, (early return - random) / (human - random)", el.early_hns, "higher early",
                                   sub=True))
-    md += aggregate_section(agg, agg_notes, f.games, table, heading="#### Early return, human-normalised, across games")
+    md += aggregate_section(el.early_agg, el.early_agg_notes, f.games, table,
+                            heading="#### Early return, human-normalised, across games")
     return md
 
 
@@ -464,10 +325,9 @@ def improvement_section(rates, games, ref, skipped=None, at="") -> list[str]:
     def table(form):
         rows = [[g, *(fmt_pct(100 * r[form].get(g, np.nan)) for r in rates.values())]
                 for g in games if any(g in r[form] for r in rates.values())]
-        for name, stat in (("mean", np.mean), ("median", np.median)):
-            rows.append([f"**{name}**", *(f"**{fmt_pct(100 * finite(stat, r[form].values()))}** "
-                                          f"({int(np.isfinite(list(r[form].values())).sum())} games)"
-                                          for r in rates.values())])
+        for k, name in enumerate(("mean", "median")):  # over the games the form is defined on
+            rows.append([f"**{name}**", *(f"**{fmt_pct(100 * r[f'{form} summary'][k])}** "
+                                          f"({r[f'{form} summary'][2]} games)" for r in rates.values())])
         return md_table(["game", *(f"{a} over {b}" for a, b in rates)], rows)
     md += [table("paper"), "", "### Robust improvement", "",
            "(a - b) / (max(human, b) - random) on the mean raw scores a, b of the two labels (Wang et al. 2016): "
@@ -528,28 +388,5 @@ def machine_time_section(times: dict) -> list[str]:
             "start of a script opens one: stopped, then resumed or started again).", "",
             md_table(["label", "runs", "training hours, all runs", "hours per run", "steps per second per run",
                       "started more than once"], rows), "", *untimed, *([""] if untimed else [])]
-
-
-def pairwise_lines(f: Frame, values: dict, what: str, pick=max) -> list[str]:
-    """One line per compared pair: in how many of the games both ran a beats b (ties are no win)."""
-    if not f.pairs:
-        return ["- no comparison with runs of both its labels"]
-    lines = []
-    for a, b in f.pairs:
-        wins, n = pairwise_wins(values, a, b, f.games, pick)
-        lines.append(f"- {a} vs {b}: **{a} {what} in {wins} of {n} games**" if n else
-                     f"- {a} vs {b}: no game has a value for both")
-    return lines
-
-
-def best_count_line(best: dict, labels, complete, what: str) -> str:
-    """The paper's "ABS best in 8 of 10 games" line, for the first (reference) label; ties count for all."""
-    if not complete:
-        return f"No game has data for every label: no \"{what}\" count."
-    counts = {lb: sum(lb in best[g] for g in complete) for lb in labels}
-    head = f"**{labels[0]} {what} in {counts[labels[0]]} of {len(complete)} games**"
-    rest = ", ".join(f"{lb} {counts[lb]}" for lb in labels[1:])
-    return (f"{head} (games every label ran; rows with a missing label are not counted; ties count for each)"
-            + (f"; others: {rest}." if rest else "."))
 
 

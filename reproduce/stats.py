@@ -5,14 +5,17 @@
 - across the few runs of one game: the Student-t interval of a mean, Welch's interval of a difference of means
   (scipy's `ttest_1samp` and `ttest_ind(equal_var=False)`), the exact two-sided permutation p, Hedges' g; across
   tests, Holm's adjusted p-values;
-- along one run's training curve: the early mean, the late variance, the area per step, the burn-in share;
-- counting: best label per game, pairwise wins.
+- a per-seed metric across labels (compare): each game and label's seeds summarised, the best label per game,
+  pairwise wins, and each compared pair's differences;
+- along one run's training curve: the early mean, the late variance, the area per step, the burn-in share; curves
+  binned over runs, the figures' bands.
 """
 from __future__ import annotations
 
 import warnings
 from itertools import chain, combinations, islice
 from math import comb, fsum
+from typing import NamedTuple
 
 import numpy as np
 import scipy.stats
@@ -233,6 +236,75 @@ def pairwise_wins(values: dict, a: str, b: str, games, pick=max) -> tuple[int, i
     return sum(better(values[(g, a)], values[(g, b)]) for g in both), len(both)
 
 
+# ----------------------------------------------------------------------------- per-seed values across labels
+class Seeds(NamedTuple):
+    """What the report states of one game and label's per-seed values (seed_stats)."""
+    values: dict  # seed -> value
+    mean: float
+    lo: float  # the Student-t 95% interval of the mean (t_interval): NaN with one seed
+    hi: float
+    std: float  # the population standard deviation over the seeds
+    iqm: float  # the IQM over the seeds: the mean where it trims nothing (fewer than IQM_TRIMS_FROM seeds)
+
+
+def seed_stats(values: dict) -> Seeds:
+    x = list(values.values())
+    mean, lo, hi = t_interval(x)
+    return Seeds(values, mean, lo, hi, float(np.std(x)), mean if len(x) < IQM_TRIMS_FROM else iqm(x))
+
+
+class Difference(NamedTuple):
+    """One compared pair A vs B on one game: A - B of the means, Welch's interval, the exact permutation p."""
+    game: str
+    a: str
+    b: str
+    diff: float
+    lo: float  # Welch's 95% interval (welch_interval): NaN with one run on a side or no spread
+    hi: float
+    df: float
+    p: float  # permutation_p
+    relabellings: int  # the relabellings it counted: all of them when exact, else the sampled ones
+    exact: bool
+    na: int
+    nb: int
+    splits: int  # C(n_a + n_b, n_a), every relabelling
+    smallest_p: float  # min_permutation_p(n_a, n_b)
+
+
+def difference(game: str, a: str, b: str, xa: list, xb: list) -> Difference:
+    p, n, exact = permutation_p(xa, xb)
+    return Difference(game, a, b, *welch_interval(xa, xb), p, n, exact, len(xa), len(xb),
+                      comb(len(xa) + len(xb), len(xa)), min_permutation_p(len(xa), len(xb)))
+
+
+class Compared(NamedTuple):
+    """One per-seed metric over the games, labels and compared pairs (compare)."""
+    seeds: dict  # (game, label) -> Seeds
+    pick: object  # the better of two points: max or min
+    best: dict  # game -> the labels with the best point (best_by; ties count for each)
+    complete: list  # the games the best counts are over
+    best_counts: dict  # label -> in how many of those games it is best
+    wins: dict  # (a, b) -> (games a beats b, games both have a point) (pairwise_wins)
+    differences: list  # a Difference per compared pair and game both have values for
+    trims: bool  # some game and label has IQM_TRIMS_FROM seeds or more: its IQM is not its mean
+
+
+def compare(values: dict, games, labels, pairs, pick=max, point: str = "mean", complete=None,
+            test: bool = True) -> Compared:
+    """values (game, label) -> {seed: value}: each cell's Seeds, the best label per game and the pairwise wins on the
+    cells' `point` ("mean" or "iqm"), the best counts over `complete` (default: the games every label has values
+    for) and, with `test`, the differences of every compared pair."""
+    seeds = {k: seed_stats(v) for k, v in values.items()}
+    points = {k: getattr(s, point) for k, s in seeds.items()}
+    best = best_by(points, games, labels, pick)
+    complete = [g for g in games if all((g, lb) in values for lb in labels)] if complete is None else complete
+    differences = [difference(g, a, b, list(values[(g, a)].values()), list(values[(g, b)].values()))
+                   for a, b in pairs for g in games if (g, a) in values and (g, b) in values] if test else []
+    return Compared(seeds, pick, best, complete, {lb: sum(lb in best[g] for g in complete) for lb in labels},
+                    {(a, b): pairwise_wins(points, a, b, games, pick) for a, b in pairs}, differences,
+                    any(len(v) >= IQM_TRIMS_FROM for v in values.values()))
+
+
 # ----------------------------------------------------------------------------- along one training curve
 def early_mean(steps, values, total_steps: float) -> float:
     """Mean episodic return over the first 10% of training steps."""
@@ -315,6 +387,21 @@ def held(curve: np.ndarray, last: int) -> np.ndarray:
     fill = (idx >= 0) & (np.arange(len(out)) <= last)
     out[fill] = out[idx[fill]]
     return out
+
+
+def curves_band(curves: list, end: float, bins: int, hold: bool) -> tuple[np.ndarray, ...]:
+    """(bin centre, mean, min, max, n) over the bins of [0, end] that hold a value of any curve, of curves given as
+    (steps, values, last step): each curve binned (binned); with hold, a quantity that holds between its
+    measurements, each curve keeps its latest value in the bins it did not measure in, up to the bin of its last step
+    (held), so that every bin averages every curve that has started."""
+    edges = np.linspace(0, end, bins + 1)
+    binned_curves = [binned(steps, values, edges) for steps, values, _ in curves]
+    if hold:
+        last = [int(np.clip(np.digitize(step, edges[1:-1]), 0, bins - 1)) for _, _, step in curves]
+        binned_curves = [held(c, k) for c, k in zip(binned_curves, last)]
+    mean, lo, hi, n = band(binned_curves)
+    keep = n > 0
+    return (0.5 * (edges[1:] + edges[:-1]))[keep], mean[keep], lo[keep], hi[keep], n[keep]
 
 
 def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
-import figures  # noqa: E402
+import figure_data  # noqa: E402
 import report  # noqa: E402
 import runs  # noqa: E402
 from report_helpers import section, write_adapt_run, write_run  # noqa: E402
@@ -56,8 +56,8 @@ def test_adapt_by_game_figure_draws_each_abs_label_per_game(tmp_path):
     assert {(r["game"], r["label"]) for r in rows} == {("Hopper", "ABS"), ("Walker2d", "ABS"),
                                                        ("mean over games", "ABS")}
     data, _, _ = report.collect({"ABS": tmp_path / "ABS"}, None, {})
-    assert figures.size_range([r for g in data["ABS"].values() for r in g.values()]) == (16, 64)
-    assert figures.size_range([]) == (None, None)
+    assert figure_data.size_range([r for g in data["ABS"].values() for r in g.values()]) == (16, 64)
+    assert figure_data.size_range([]) == (None, None)
     # Seven games: two rows of seven panels are unreadable; the grids of panels take over.
     for i, game in enumerate(("Ant", "HalfCheetah", "Humanoid", "Swimmer", "Reacher", "Pusher", "Hopper")):
         write_adapt_run(tmp_path / "many" / game, f"{game}-v4", 1, steps, [16] * 7, 3, 10_000)

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 import report  # noqa: E402
 import runs  # noqa: E402
-import sections  # noqa: E402
 import stats  # noqa: E402
+import tables  # noqa: E402
 from report_helpers import hns, report_cli, row, row_of, section, write_run  # noqa: E402
 
 
@@ -58,10 +58,10 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     mean = np.mean(m)
     abs_row, small_row = row(section(md, "Aggregate"), "ABS"), row(section(md, "Aggregate"), "Small")
     expected_aggregates = ((m[1] + m[2]) / 2, mean, mean, 1 - mean)  # IQM, median of 2 game means, mean, gap
-    assert [c.split(" [")[0] for c in abs_row[1:5]] == [sections.fmt(x) for x in expected_aggregates]
+    assert [c.split(" [")[0] for c in abs_row[1:5]] == [tables.fmt(x) for x in expected_aggregates]
     assert abs_row[5:] == ["2", "4"] and small_row[5:] == ["1", "2"]
     small_mean = (hns(100, "Amidar") + hns(150, "Amidar")) / 2
-    assert small_row[1].startswith(sections.fmt(small_mean) + " [")
+    assert small_row[1].startswith(tables.fmt(small_mean) + " [")
     lo, hi = (float(x) for x in re.findall(r"\[(\S+), (\S+)\]", abs_row[1])[0])
     assert lo <= float(abs_row[1].split()[0]) <= hi
 
@@ -79,15 +79,15 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     # C(4, 2) = 6 splits, the observed one and its mirror have |diff| 125 (the others 75 and 25): p = 1/3.
     diff = row_of(per_game, "Amidar", "ABS − Small")
     _, lo, hi, df = stats.welch_interval([200.0, 300.0], [100.0, 150.0])
-    assert diff[2:] == ["125.0", f"[{sections.fmt(lo)}, {sections.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
+    assert diff[2:] == ["125.0", f"[{tables.fmt(lo)}, {tables.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
     assert df == pytest.approx(3125 ** 2 / (2500 ** 2 + 625 ** 2))
     assert "- ABS vs Small (Amidar): with 2 vs 2 runs the smallest possible p is 0.33 (2 of 6 relabellings): no " \
         "difference can reach p < 0.05." in per_game
 
     # Per-game HNS (Atari): with 2 runs per game the IQM trims nothing, so the table gives the mean HNS and says so.
     hns_table = section(md, "Per-game human-normalised score")
-    assert row_of(hns_table, "Amidar", "ABS")[3] == f"**{sections.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)}**"
-    assert row_of(hns_table, "Amidar", "Small")[3] == sections.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)
+    assert row_of(hns_table, "Amidar", "ABS")[3] == f"**{tables.fmt((hns(200, 'Amidar') + hns(300, 'Amidar')) / 2)}**"
+    assert row_of(hns_table, "Amidar", "Small")[3] == tables.fmt((hns(100, 'Amidar') + hns(150, 'Amidar')) / 2)
     assert row_of(hns_table, "Qbert", "Small")[2] == "missing" and "**ABS best in 1 of 1 games**" in hns_table
     assert "with n <= 3 it drops nothing and equals the mean. With at most 3 runs of each game here the IQM is " \
         "this mean." in hns_table and "IQM over seeds |" not in hns_table

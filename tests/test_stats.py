@@ -8,10 +8,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 import events  # noqa: E402
-import figures  # noqa: E402
+import figure_data  # noqa: E402
 import runs  # noqa: E402
-import sections  # noqa: E402
 import stats  # noqa: E402
+import tables  # noqa: E402
 
 
 def test_score_table_and_hns():
@@ -147,9 +147,9 @@ def test_student_t_interval_by_hand():
     # n = 1: a mean and no interval, and the table says so.
     mean, lo, hi = stats.t_interval([3600.0])
     assert mean == 3600.0 and np.isnan(lo) and np.isnan(hi)
-    assert sections.t_text({1: 3600.0}) == "n = 1, no interval"
-    assert sections.t_text({1: 1.0, 2: 2.0, 3: 4.0}) == "[-1.461, 6.128]"
-    assert sections.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
+    assert tables.t_text(stats.seed_stats({1: 3600.0})) == "n = 1, no interval"
+    assert tables.t_text(stats.seed_stats({1: 1.0, 2: 2.0, 3: 4.0})) == "[-1.461, 6.128]"
+    assert tables.seeds_text({1: 1.0, 2: 2.0, 3: 4.0}) == "1: 1.000, 2: 2.000, 3: 4.000"
 
 
 def test_welch_interval_by_hand():
@@ -189,16 +189,23 @@ def test_exact_permutation_p_by_enumeration():
     assert not exact and n == 2000 and p == pytest.approx(0.1, abs=0.03)
 
 
+def min_p_statement(na: int, nb: int) -> str:
+    """The report's statement of the smallest p with n_a vs n_b runs, from stats' numbers."""
+    from math import comb
+
+    return tables.min_p_statement(na, nb, stats.min_permutation_p(na, nb), comb(na + nb, na))
+
+
 def test_smallest_possible_p_and_its_statement():
     assert stats.min_permutation_p(3, 3) == pytest.approx(2 / 20)
     assert stats.min_permutation_p(2, 3) == pytest.approx(1 / 10)
     assert stats.min_permutation_p(3, 4) == pytest.approx(1 / 35)
     assert stats.min_permutation_p(1, 1) == 1.0
-    assert sections.min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
-                                            "relabellings): no difference can reach p < 0.05")
-    assert sections.min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
-                                            "relabellings), below 0.05")
-    assert "no difference can reach" in sections.min_p_statement(1, 1)
+    assert min_p_statement(3, 3) == ("with 3 vs 3 runs the smallest possible p is 0.10 (2 of 20 "
+                                     "relabellings): no difference can reach p < 0.05")
+    assert min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
+                                     "relabellings), below 0.05")
+    assert "no difference can reach" in min_p_statement(1, 1)
 
 
 def test_tenth_means_and_rank_correlation_by_hand():
@@ -223,7 +230,7 @@ def test_held_keeps_a_controller_value_until_the_next_measurement():
     def run(total, steps, values):
         return runs.Run("A", Path("x"), "Hopper-v4", "Hopper", 1, 0.0, total, total,
                         scalars={"adapt/num_steps": (np.array(steps, float), np.array(values, float))})
-    step, mean, lo, hi, n = figures.curve_rows([run(1000, [100, 900], [16, 20]), run(500, [300, 800], [32, 48]),
+    step, mean, lo, hi, n = figure_data.curve_band([run(1000, [100, 900], [16, 20]), run(500, [300, 800], [32, 48]),
                                                 run(1000, [], [])], "adapt/num_steps", 10)
     assert step.tolist() == [150.0, 250.0, 350.0, 450.0, 550.0, 650.0, 750.0, 850.0, 950.0]
     assert n.tolist() == [1, 1, 2, 2, 2, 2, 2, 2, 1] and mean.tolist()[5] == 24.0 and mean.tolist()[7] == 32.0
@@ -317,3 +324,29 @@ def test_hedges_g_by_hand():
     for a, b in (([], [1.0, 2.0]), ([1.0], [2.0]), ([5.0], [1.0, 3.0]), ([1.0, 1.0], [1.0, 1.0]),
                  ([5.0, 5.0], [3.0, 3.0])):
         assert np.isnan(stats.hedges_g(a, b)), (a, b)
+
+
+def test_compare_states_each_cell_the_best_the_wins_and_the_differences_by_hand():
+    """Two games, three labels, A vs C and B vs C compared. g1: A 1, 2, 3 (mean 2), B 4, 6 (5), C 2, 2 (2); g2: A 0, 10
+    (5), C 1, 2, 3, 4 (mean 2.5; IQM of four values: the middle two, 2.5 too); B did not run g2."""
+    values = {("g1", "A"): {1: 1.0, 2: 2.0, 3: 3.0}, ("g1", "B"): {1: 4.0, 2: 6.0}, ("g1", "C"): {1: 2.0, 2: 2.0},
+              ("g2", "A"): {1: 0.0, 2: 10.0}, ("g2", "C"): {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}}
+    c = stats.compare(values, ["g1", "g2"], ["A", "B", "C"], [("A", "C"), ("B", "C")])
+    a = c.seeds[("g1", "A")]  # mean 2, s = 1, t_{0.975, 2} = 4.3027: 2 +- 2.4841; population std sqrt(2/3)
+    assert (a.mean, a.lo, a.hi) == (2.0, pytest.approx(2 - 2.4841, abs=1e-4), pytest.approx(2 + 2.4841, abs=1e-4))
+    assert a.std == pytest.approx(np.sqrt(2 / 3)) and a.iqm == 2.0 and a.values == values[("g1", "A")]
+    assert c.seeds[("g2", "C")].iqm == 2.5 and c.trims  # four seeds: its IQM trims one from each end
+    # best by the mean: B on g1 (5), A on g2 (5 > 2.5); counted over g1 alone, the only game with every label
+    assert c.best == {"g1": {"B"}, "g2": {"A"}} and c.complete == ["g1"]
+    assert c.best_counts == {"A": 0, "B": 1, "C": 0}
+    assert c.wins == {("A", "C"): (1, 2), ("B", "C"): (1, 1)}  # A ties C on g1 (2 = 2: no win), beats it on g2
+    assert [(d.game, d.a, d.b, d.diff, d.na, d.nb, d.splits) for d in c.differences] == [
+        ("g1", "A", "C", 0.0, 3, 2, 10), ("g2", "A", "C", 2.5, 2, 4, 15), ("g1", "B", "C", 3.0, 2, 2, 6)]
+    d = c.differences[2]  # 4, 6 vs 2, 2: C(4, 2) = 6 splits, |diff| 3 for the observed one and its mirror
+    assert (d.p, d.relabellings, d.exact, d.smallest_p) == (pytest.approx(1 / 3), 6, True, pytest.approx(1 / 3))
+    assert d.df == pytest.approx(1.0)  # C has no spread: Welch's df is B's n - 1
+    # lower is better (a variance), by the IQM, over the games given, without differences
+    c = stats.compare(values, ["g1", "g2"], ["A", "B", "C"], [("A", "C")], min, "iqm", ["g1", "g2"], test=False)
+    assert c.best == {"g1": {"A", "C"}, "g2": {"C"}} and c.best_counts == {"A": 1, "B": 0, "C": 2}
+    assert c.wins == {("A", "C"): (0, 2)} and c.differences == []
+    assert stats.compare({}, ["g1"], ["A"], []).trims is False
