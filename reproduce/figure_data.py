@@ -29,7 +29,7 @@ class Band(NamedTuple):
 class Panel(NamedTuple):
     title: str
     bands: list
-    marks: list = []  # (step, colour): where an ABS label's burn-in ends, its mean over the panel's runs
+    marks: list | tuple = ()  # (step, colour): where an ABS label's burn-in ends, its mean over the panel's runs
     ylim: tuple | None = None  # the whole range the batch sizes may move in, where the runs' flags name it
 
 
