@@ -1,13 +1,17 @@
-"""Checkpoints: the atomic writer, every RNG's state, and a resume's checks of the file before any of it is used.
+"""Checkpoints: the atomic writers (and the one error of a write the disk refused), every RNG's state, and a resume's
+checks of the file before any of it is used.
 
 A checkpoint holds only tensors, numbers, strings, lists and dicts, so that `--resume` loads it with
 `torch.load(weights_only=True)`; a file with any other pickled object is refused without being built.
 """
+import contextlib
+import errno
+import json
 import math
 import os
 import random
 import typing
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -15,9 +19,95 @@ import torch
 from .flags import flag_of, refuse
 
 
-def atomic_torch_save(path, obj):
-    torch.save(obj, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)
+# ================================================================ writes that can be lost
+# The errors of a write that the disk refused: full, over quota, a device or network filesystem gone, read-only.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE, errno.ENXIO}
+WRITE_FAILED_EXIT = 4  # docs/running.md, "Signals and exit codes"
+
+
+class WriteFailed(Exception):
+    """A file of the run could not be written (disk full, quota, filesystem lost); its older version is intact and
+    nothing half-written is left. `need`: the bytes the file needed, where known; `free`: the bytes free then."""
+
+    def __init__(self, path: str, error: OSError, need: Optional[int] = None):
+        self.path, self.errno, self.need, self.free = path, error.errno, need, free_bytes(path)
+        self.cause = os.strerror(error.errno).lower() if error.errno else str(error)
+        super().__init__(f"could not write {path}: {self.cause}{self.sizes()}")
+
+    def sizes(self) -> str:
+        if self.need is None or self.free is None:
+            return ""
+        return f" (it needs about {size_text(self.need)}; {size_text(self.free)} free)"
+
+
+def size_text(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.1f} kB"
+
+
+def disk_error(e: Optional[BaseException]) -> Optional[OSError]:
+    """The OSError of a refused write in e's chain of causes, or None. (torch.save into a file object reports the
+    file's OSError as the context of a RuntimeError.)"""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def free_bytes(path: str) -> Optional[int]:
+    """The bytes an unprivileged write can still use on path's filesystem, or None where it cannot be read."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def stored_bytes(obj) -> int:
+    """The bytes of the tensors and arrays in obj (each storage once): what torch.save will need, at least."""
+    seen, total, todo = set(), 0, [obj]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            todo += list(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo += list(x)
+        elif isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in seen:
+            seen.add(x.untyped_storage().data_ptr())
+            total += x.untyped_storage().nbytes()
+        elif isinstance(x, np.ndarray):
+            total += x.nbytes
+    return total
+
+
+def write_atomically(path: str, write: Callable, need: Optional[int] = None) -> None:
+    """write(f) into path.tmp, flushed to the disk, then renamed over path: path holds the old file or the new one,
+    never a half-written one. A refused write removes path.tmp and raises WriteFailed; the old file stays."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        error = disk_error(e)
+        if error is None:
+            raise
+        raise WriteFailed(path, error, need) from e
+
+
+def atomic_torch_save(path: str, obj) -> None:
+    write_atomically(path, lambda f: torch.save(obj, f), stored_bytes(obj))
+
+
+def atomic_json_save(path: str, obj) -> None:
+    data = json.dumps(obj, indent=2).encode()
+    write_atomically(path, lambda f: f.write(data), len(data))
 
 
 def rng_state(device):

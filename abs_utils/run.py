@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from typing import Callable, Optional
 
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from .checkpoint import atomic_torch_save, describe_error, rng_state, set_rng_state
+from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, describe_error,
+                         disk_error, rng_state, set_rng_state)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
 from .signals import stop_outside_loop
@@ -57,6 +59,10 @@ def lock_run_directory(run_dir: str, resumed: bool, output_dir: str):
         lock = open(os.path.join(run_dir, ".lock"), "a")
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
+        if disk_error(e):  # a full disk is no bad input: the same command works once there is space
+            print(f"error: could not write {run_dir}/.lock: {os.strerror(e.errno).lower()}; nothing was written: free "
+                  "space, then run the same command again", file=sys.stderr)
+            sys.exit(WRITE_FAILED_EXIT)
         flag = "--resume" if resumed else "--run-name" if os.path.isdir(output_dir) else "--output-dir"
         print(f"error: {flag}: {run_dir} " + ("is in use by another live run" if isinstance(e, BlockingIOError)
                                               else f"cannot be written ({e.strerror})"), file=sys.stderr)
@@ -102,7 +108,10 @@ class Run:
         self.dir = (os.path.dirname(os.path.abspath(args.resume)) if checkpoint is not None
                     else os.path.join(args.output_dir, args.run_name))
         self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
+        self.saved_step = None if checkpoint is None else checkpoint["global_step"]  # of checkpoint.pt, intact
         self.lock = lock_run_directory(self.dir, checkpoint is not None, args.output_dir)
+        self.excepthook, sys.excepthook = sys.excepthook, self._on_uncaught  # writes the disk refuses: exit 4
+        self.thread_excepthook, threading.excepthook = threading.excepthook, self._on_uncaught_in_thread
         if checkpoint is not None:  # a signal before the loop: the checkpoint is untouched (nothing is written yet)
             stop_outside_loop("before training resumed", f"{self.checkpoint_path} is unchanged (global_step "
                               f"{checkpoint['global_step']}); resume it again with --resume {self.checkpoint_path}")
@@ -139,6 +148,29 @@ class Run:
         signal.signal(signal.SIGINT, self._on_signal)
         self.start_time, self.start_step, self.last_print = time.time(), global_step, 0.0
         self.last_perf = (global_step, self.start_time)  # (step, time) of the last log(perf=True)
+
+    def _on_uncaught(self, kind, error, traceback) -> None:
+        """A write the disk refused (a checkpoint, eval_results.json, model.pt, the events, the output) ends the run
+        with one line and exit 4; the last complete checkpoint is intact. Anything else: Python's traceback."""
+        lost = error if isinstance(error, WriteFailed) else disk_error(error)
+        if lost is None:
+            return self.excepthook(kind, error, traceback)
+        what = (str(lost) if isinstance(lost, WriteFailed) else
+                f"could not write to {self.dir} (the events or the output): {os.strerror(lost.errno).lower()}")
+        if self.saved_step is None:
+            then = "no checkpoint was written yet: free space, then run the same command again"
+        else:
+            then = (f"the last complete checkpoint, {self.checkpoint_path} at global_step {self.saved_step}, is "
+                    f"intact: free space, then run the same command with --resume {self.checkpoint_path}")
+        with contextlib.suppress(Exception):  # the output may be on the full disk too
+            print(f"error: {what}; {then}", file=sys.stderr, flush=True)
+        os._exit(WRITE_FAILED_EXIT)  # as a signal outside the loop does: the writer's threads cannot flush
+
+    def _on_uncaught_in_thread(self, hook_args) -> None:
+        """The TensorBoard writer's thread: its refused write comes back to the loop with the next event or flush,
+        which ends the run as above; its traceback would only precede that line."""
+        if disk_error(hook_args.exc_value) is None:
+            self.thread_excepthook(hook_args)
 
     def _on_signal(self, signum, frame):
         """The loop checks the signal, checkpoints and exits at the end of the current unit of work, so that nothing
@@ -190,6 +222,8 @@ class Run:
         atomic_torch_save(path, {**state, "train_seconds": self.train_seconds, "perf": dict(self.perf),
                                  "rng": rng_state(self.device), "args": vars(self.args),
                                  "run_name": self.args.run_name, "algo": self.script})
+        if path == self.checkpoint_path:
+            self.saved_step = state["global_step"]
 
     def _save_and_exit(self, path: str, state: dict, code: int, message: str):  # exit 128 + signal number, or 3
         self.save(path, state)
@@ -251,15 +285,15 @@ class Run:
                     print(f"warning: the evaluation policy chose action {action} on {share:.1%} of its steps "
                           f"(eval.action_counts): a near-constant policy, whose score is that of one action")
         args, path = self.args, os.path.join(self.dir, "eval_results.json")
-        with open(f"{path}.tmp", "w") as f:  # then renamed over it, like checkpoints: never a half-written file
-            json.dump({"algo": self.script, "env_id": args.env_id, "seed": args.seed, "run_name": args.run_name,
-                       "global_step": global_step, "total_timesteps": args.total_timesteps,
-                       # a prefix run (--stop-at-step) holds the first global_step steps of a longer protocol
-                       "complete": global_step >= args.total_timesteps,
-                       "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)}, f, indent=2)
-        os.replace(f"{path}.tmp", path)
+        atomic_json_save(path, {"algo": self.script, "env_id": args.env_id, "seed": args.seed,
+                                "run_name": args.run_name, "global_step": global_step,
+                                "total_timesteps": args.total_timesteps,
+                                # a prefix run (--stop-at-step) holds the first global_step steps of a longer protocol
+                                "complete": global_step >= args.total_timesteps,
+                                "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)})
         stop_outside_loop("after the evaluation", f"the result is saved in {path}")
         self.writer.close()
+        sys.excepthook, threading.excepthook = self.excepthook, self.thread_excepthook
         if args.track:
             sys.modules["wandb"].finish()
         return summary

@@ -1,0 +1,283 @@
+"""A write the disk refuses (full, over quota, a filesystem gone) ends a run with one line naming the file, the cause
+and what to do, and exit 4; the last complete checkpoint and the earlier result stay intact and nothing half-written
+is left. Injected OSError(ENOSPC) at each write a run makes (checkpoint, eval_results.json, model.pt, the events, the
+output, the run directory's lock), on a toy run of abs_utils; then real scripts on a real full filesystem: a small
+tmpfs mounted in a user namespace (skipped, with the reason, where the machine allows none) and /dev/full."""
+import builtins
+import dataclasses
+import errno
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import abs_utils as U  # noqa: E402
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@dataclass
+class Args:  # the flags the Run reads
+    exp_name: str = "toy"
+    seed: int = 1
+    torch_deterministic: bool = True
+    cuda: bool = False
+    track: bool = False
+    wandb_project_name: str = "abs"
+    wandb_entity: Optional[str] = None
+    output_dir: str = "runs"
+    run_name: Optional[str] = "r"
+    resume: Optional[str] = None
+    checkpoint_every: int = 100
+    log_every_seconds: float = 0.0
+    env_id: str = "Toy-v0"
+    total_timesteps: int = 300
+
+
+def state(step):
+    return lambda: {"global_step": step, "weights": torch.full((1000,), float(step))}
+
+
+@pytest.fixture
+def refuse_writes(monkeypatch):
+    """refuse(name): from now on every write to a file whose name contains `name` fails with ENOSPC after its first
+    bytes (a real full disk takes some of them), through open, as torch.save, json and TensorBoard open their
+    files."""
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[:10])
+            raise OSError(ENOSPC.errno, ENOSPC.strerror)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def refuse(name):
+        def fake_open(file, mode="r", *args, **kwargs):
+            f = real_open(file, mode, *args, **kwargs)
+            return Full(f) if name in str(file) and any(m in mode for m in "wa") else f
+        monkeypatch.setattr(builtins, "open", fake_open)
+        monkeypatch.setattr(io, "open", fake_open)  # TensorBoard's file writer opens through io
+    return refuse
+
+
+@pytest.fixture
+def exits(monkeypatch):
+    """The codes the Run's hook for uncaught errors exits with (recorded instead), and the hooks restored."""
+    codes = []
+    monkeypatch.setattr(U.run.os, "_exit", codes.append)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    return codes
+
+
+def new_run(tmp_path):
+    return U.Run(Args(output_dir=str(tmp_path)), None, "toy", phases=("env",))
+
+
+def uncaught(run, error):
+    """What the process does with an error the loop does not catch: Python hands it to sys.excepthook."""
+    assert sys.excepthook == run._on_uncaught
+    sys.excepthook(type(error), error, error.__traceback__)
+
+
+def one_line(capsys):
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def raised(f, *args):
+    with pytest.raises(Exception) as e:
+        f(*args)
+    return e.value
+
+
+# ------------------------------------------------------------------ injected: each write of a run
+def test_a_refused_checkpoint_keeps_the_last_complete_one_and_leaves_nothing_half_written(
+        tmp_path, refuse_writes, exits, capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(100, 100, state(100))
+    refuse_writes("checkpoint.pt")
+    error = raised(run.checkpoint, 200, 100, state(200))
+    assert isinstance(error, U.checkpoint.WriteFailed) and error.errno == errno.ENOSPC
+    uncaught(run, error)
+    ckpt = tmp_path / "r" / "checkpoint.pt"
+    # the tensors it holds: 1000 float32 weights, torch's RNG state (5056 bytes), NumPy's 624 int64 keys
+    assert error.need == 4000 + torch.get_rng_state().numel() + 624 * 8 == 14048
+    assert exits == [4] and one_line(capsys) == (
+        f"error: could not write {ckpt}: no space left on device (it needs about 13.7 kB; "
+        f"{U.checkpoint.size_text(U.checkpoint.free_bytes(str(ckpt)))} free); the last complete checkpoint, {ckpt} at "
+        f"global_step 100, is intact: free space, then run the same command with --resume {ckpt}")
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 100  # the older one, whole
+    assert sorted(os.listdir(tmp_path / "r")) == [".lock", "checkpoint.pt"] + sorted(
+        f for f in os.listdir(tmp_path / "r") if f.startswith("events"))  # no checkpoint.pt.tmp
+    run.lock.close()
+
+
+def test_a_first_checkpoint_refused_says_there_is_none_to_resume(tmp_path, refuse_writes, exits, capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    refuse_writes("checkpoint.pt")
+    uncaught(run, raised(run.checkpoint, 100, 100, state(100)))
+    assert exits == [4] and one_line(capsys).endswith(
+        "no checkpoint was written yet: free space, then run the same command again")
+    assert not any(f.startswith("checkpoint") for f in os.listdir(tmp_path / "r"))
+    run.lock.close()
+
+
+def test_a_refused_result_keeps_the_earlier_one_and_the_checkpoint(tmp_path, refuse_writes, exits, capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(300, 300, state(300))
+    run.end_training()
+    (tmp_path / "r" / "eval_results.json").write_text('{"global_step": 100}')  # an earlier result, kept
+    refuse_writes("eval_results.json")
+    uncaught(run, raised(run.finish, 300, [1.0], [10], 0))
+    line = one_line(capsys)
+    assert exits == [4] and line.startswith(f"error: could not write {tmp_path / 'r' / 'eval_results.json'}: no "
+                                            "space left on device (it needs about")
+    assert "at global_step 300, is intact" in line  # a resume of the checkpoint at the end evaluates again
+    assert json.loads((tmp_path / "r" / "eval_results.json").read_text()) == {"global_step": 100}
+    assert not (tmp_path / "r" / "eval_results.json.tmp").exists()
+    run.lock.close()
+
+
+def test_a_refused_model_file_leaves_none(tmp_path, refuse_writes, exits, capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(300, 300, state(300))
+    refuse_writes("model.pt")
+    uncaught(run, raised(run.save_model, {"weights": torch.zeros(10)}))
+    assert exits == [4] and "could not write" in one_line(capsys)
+    assert not any(f.startswith("model") for f in os.listdir(tmp_path / "r"))
+    run.lock.close()
+
+
+def test_refused_events_end_the_run_with_one_line(tmp_path, refuse_writes, exits, capsys):
+    run = new_run(tmp_path)
+    refuse_writes("events.out")
+
+    def train():  # the file's first event is written at once, the next ones by the writer's thread
+        run.begin(0)
+        for step in range(50):
+            run.log(step, {"charts/x": 1.0})
+            run.writer.flush()
+    error = raised(train)
+    assert U.checkpoint.disk_error(error) is not None
+    uncaught(run, error)
+    assert exits == [4] and one_line(capsys) == (
+        f"error: could not write to {tmp_path / 'r'} (the events or the output): no space left on device; no "
+        "checkpoint was written yet: free space, then run the same command again")
+    run.lock.close()
+
+
+def test_other_errors_keep_python_s_traceback(tmp_path, exits, capsys):
+    run = new_run(tmp_path)
+    uncaught(run, ValueError("not a disk error"))
+    assert exits == [] and "ValueError: not a disk error" in capsys.readouterr().err
+    run.lock.close()
+
+
+def test_a_run_directory_that_cannot_be_made_for_lack_of_space_is_exit_4(tmp_path, monkeypatch, capsys):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(U.run.os, "makedirs", full)
+    with pytest.raises(SystemExit) as e:
+        new_run(tmp_path)
+    assert e.value.code == 4 and one_line(capsys) == (
+        f"error: could not write {tmp_path / 'r'}/.lock: no space left on device; nothing was written: free space, "
+        "then run the same command again")
+
+
+def test_a_torch_save_error_that_is_no_disk_error_is_not_reported_as_one(tmp_path):
+    path = tmp_path / "c.pt"
+    path.write_bytes(b"old")
+    with pytest.raises(Exception) as e:  # a lambda cannot be pickled
+        U.atomic_torch_save(str(path), {"f": lambda: 0})
+    assert not isinstance(e.value, U.checkpoint.WriteFailed)
+    assert path.read_bytes() == b"old" and not (tmp_path / "c.pt.tmp").exists()
+
+
+# ------------------------------------------------------------------ real scripts, real full filesystems
+def tiny_pqn(out, *extra):
+    return [sys.executable, str(ROOT / "abs_pqn_atari.py"), "--env-id", "Breakout-v5", "--num-envs", "8",
+            "--num-steps-min", "4", "--num-steps-max", "8", "--num-minibatches", "2", "--total-timesteps", "256",
+            "--output-dir", str(out), "--run-name", "r", "--eval-episodes", "0", "--torch-threads", "1",
+            "--env-threads", "1", "--log-every-seconds", "0", *extra]
+
+
+def in_small_tmpfs(tmp_path, commands: str) -> subprocess.CompletedProcess:
+    """Run shell commands in a user and mount namespace where $FS is a tmpfs (its size set by the commands' mount),
+    or skip: the namespace needs unshare and unprivileged user namespaces."""
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare command to mount a small filesystem")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            f"mount -t tmpfs -o size=1m tmpfs {fs}"], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {probe.stderr.strip()}")
+    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", commands],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "FS": str(fs)}, timeout=600)
+
+
+def test_a_full_filesystem_mid_run_keeps_the_checkpoint_and_the_same_resume_finishes(tmp_path):
+    """abs_pqn_atari.py's checkpoint is ~20 MB: a 30 MB tmpfs holds the first (step 64) but not a second beside it.
+    The run ends with exit 4, the first checkpoint intact and no .tmp; with more space, --resume finishes."""
+    first = " ".join(tiny_pqn("$FS", "--checkpoint-every", "64"))
+    resume = " ".join(tiny_pqn("$FS", "--resume", "$FS/r/checkpoint.pt")[:2] + ["--resume", "$FS/r/checkpoint.pt"])
+    p = in_small_tmpfs(tmp_path, f"""mount -t tmpfs -o size=30m tmpfs $FS && cd {ROOT}
+        {first} > $FS/../first.out 2> $FS/../first.err; echo "first=$?"
+        ls -a $FS/r; python -c "import torch; print('step', torch.load('$FS/r/checkpoint.pt')['global_step'])"
+        mount -o remount,size=100m $FS
+        {resume} > $FS/../second.out 2>&1; echo "second=$?"
+        python -c "import json; print('result', json.load(open('$FS/r/eval_results.json'))['global_step'])"
+        """)
+    out, err = p.stdout, (tmp_path / "first.err").read_text()
+    assert "first=4" in out, (out, p.stderr, err)
+    error_lines = [line for line in err.splitlines() if line.startswith("error")]
+    assert len(error_lines) == 1 and error_lines[0].startswith(f"error: could not write {tmp_path}/fs/r/checkpoint.pt: "
+                                                               "no space left on device (it needs about")
+    assert error_lines[0].endswith(f"at global_step 64, is intact: free space, then run the same command with "
+                                   f"--resume {tmp_path}/fs/r/checkpoint.pt")
+    assert "Traceback" not in err and "checkpoint.pt.tmp" not in out and "step 64" in out
+    assert "second=0" in out and "result 256" in out, (out, (tmp_path / "second.out").read_text())
+
+
+def test_output_to_a_full_device_is_one_line_and_exit_4(tmp_path):
+    """stdout on /dev/full (every write: ENOSPC), as a log on a full disk is: the first progress line fails."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(tiny_pqn(tmp_path), stdout=full, stderr=subprocess.PIPE, text=True, timeout=600)
+    assert p.returncode == 4 and p.stderr.strip().splitlines()[-1] == (
+        f"error: could not write to {tmp_path / 'r'} (the events or the output): no space left on device; no "
+        "checkpoint was written yet: free space, then run the same command again"), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_the_exit_code_is_documented_beside_the_others():
+    text = (ROOT / "docs" / "running.md").read_text()
+    assert f"| {U.checkpoint.WRITE_FAILED_EXIT} | a write the disk refused" in text
+    assert dataclasses.is_dataclass(Args)  # (the toy's flags are the Run's)
