@@ -215,7 +215,8 @@ class ABSScheduler:
 
     @property
     def num_steps(self) -> int:
-        """L rounded half up to a multiple of `multiple` (length_multiple) inside [L_min, L_max]."""
+        """L rounded half up to a multiple of `multiple` inside [L_min, L_max]; the script picks a multiple at which
+        E x L transitions split into equal minibatches."""
         lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
         return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
 

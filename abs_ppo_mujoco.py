@@ -181,8 +181,8 @@ def update_epochs_for(L: int, base_epochs: int, ref_steps: int, min_epochs: int 
 
 
 def measures_in(iteration: int, adapt_freq: int) -> bool:
-    """The divergence is measured across iteration `iteration` (counted from 0): the K-th, 2K-th, ... iteration, as in
-    the authors' code (which counts from 1), so that every scheduled measurement follows K - 1 updates."""
+    """The divergences are measured across iteration `iteration` (counted from 0): the K-th, 2K-th, ... iteration,
+    as in the authors' code (which counts from 1), so that every scheduled measurement follows K - 1 updates."""
     return (iteration + 1) % adapt_freq == 0
 
 
@@ -203,7 +203,8 @@ class ABSScheduler:
 
     @property
     def num_steps(self) -> int:
-        """L rounded half up to a multiple of `multiple` (PPO: the minibatch count) inside [L_min, L_max]."""
+        """L rounded half up to a multiple of `multiple` inside [L_min, L_max]; the script picks a multiple at which
+        E x L transitions split into equal minibatches."""
         lo, hi = multiples_in(self.L_min, self.L_max, self.multiple)
         return min(max(self.multiple * round_half_up(self.L / self.multiple), lo), hi)
 
@@ -380,7 +381,7 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
                 raise U.NonFiniteLoss(f"non-finite PPO loss or gradient (loss {loss.item()}, "
-                                    f"grad norm {grad_norm.item()})")
+                                      f"grad norm {grad_norm.item()})")
             optimizer.step()
     # Like CleanRL: the last minibatch's losses and KL estimates, the clip fraction over all minibatches.
     return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
