@@ -244,7 +244,7 @@ class ABSScheduler:
 
 def categorical_kl(logits_new: torch.Tensor, logits_old: torch.Tensor) -> torch.Tensor:
     """KL(Cat(logits_new) || Cat(logits_old)) per row, from log-softmax (finite for any finite logits). Clamped at 0:
-    for nearly equal policies float32 rounding gives about -1e-7 in a quarter of the rows, and a KL is never negative."""
+    for nearly equal policies float32 rounding gives about -1e-7 in a quarter of the rows; a KL is never negative."""
     log_new, log_old = F.log_softmax(logits_new, dim=-1), F.log_softmax(logits_old, dim=-1)
     return (log_new.exp() * (log_new - log_old)).sum(dim=-1).clamp_min(0.0)
 

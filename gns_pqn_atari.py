@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 SCRIPT = os.path.basename(__file__)[: -len(".py")]
 
+
 @dataclass
 class Args:
     exp_name: str = SCRIPT
@@ -420,7 +421,7 @@ def pqn_update(q_network, optimizer, batch, epochs, args, forward=None):
             grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
             if not torch.isfinite(grad_norm):  # a non-finite loss or gradient: stop before the step
                 raise U.NonFiniteLoss(f"non-finite TD loss or gradient (loss {loss.item()}, "
-                                    f"grad norm {grad_norm.item()})")
+                                      f"grad norm {grad_norm.item()})")
             optimizer.step()
             losses.append(loss.detach())
             qs.append(q.detach().mean())
