@@ -12,7 +12,8 @@ of speed: "SPS" is the script's own whole-run figure (start-up, burn-in and comp
 charts/SPS events, which is what an hours-long run sees. Both are medians over rounds, and a row's
 ratio is its steady SPS over that of its group's first row measured in the same rounds.
 The speed groups (pqn-speed, btr-speed) compare the --bf16 / --compile flags with float32 eager; the GPU
-groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each.
+groups (pqn-gpu, btr-gpu) put the paper-setting rows of both into one group each; ppo-threads compares PPO's
+default --torch-threads 1 with 2 threads.
 With --budget the whole benchmark keeps to a number of seconds: each run gets its shares (a --compile
 run three, a BTR run two, any other one; rounds are dropped if a share would be under 10 s) and is stopped
 with SIGTERM when they are used up and its training loop has started (the scripts checkpoint and exit 143;
@@ -47,7 +48,7 @@ sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check
 from cli import Parser  # noqa: E402
 from runs import out_problem  # noqa: E402
 
-GROUPS = ("pqn", "ppo", "ppo-atari", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu")
+GROUPS = ("pqn", "ppo", "ppo-atari", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu", "ppo-threads")
 MAX_ROUNDS = 100  # --rounds: every round runs every variant once (minutes each); more is a typo, not a benchmark
 MIN_SHARE = 10.0  # --budget: seconds of one share (a PQN run) below which rounds are dropped
 PERF_TAGS = ("perf/env_seconds", "perf/inference_seconds", "perf/update_seconds", "perf/adapt_seconds",
@@ -60,6 +61,7 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 16 --num-minibatches 4 --total-timesteps 16384"
         K = 10
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 8192 --num-steps-min 1024 --num-steps-max 2048"
+        ppo_fixed = "--env-id HalfCheetah-v5 --total-timesteps 16384 --no-adapt --num-steps 2048"  # 8 iterations
         # CleanRL's PPO-Atari settings, K = 2 (of 10) so that 8 iterations of 1,024 steps measure 4 times
         ppo_atari, K_ppo = "--env-id Breakout-v5 --total-timesteps 8192", 2
         # K and M shrunk with the batch so that measuring costs ~5x its paper share (as PQN's K=10 does)
@@ -70,6 +72,7 @@ def configs(quick: bool) -> dict:
         pqn = "--env-id Breakout-v5 --num-envs 128 --total-timesteps 2000000"
         K = 50
         ppo = "--env-id HalfCheetah-v5 --total-timesteps 200000"
+        ppo_fixed = "--env-id HalfCheetah-v5 --total-timesteps 200000 --no-adapt --num-steps 2048"
         ppo_atari, K_ppo = "--env-id Breakout-v5 --total-timesteps 200000", 10
         # the default network, batch 256 / ABS [128, 512]; learning starts early so a short run is mostly learning
         btr = "--env-id Breakout-v5 --buffer-size 262144 --learning-starts 10000 --total-timesteps 120000"
@@ -104,6 +107,9 @@ def configs(quick: bool) -> dict:
         "btr-gpu": [("BTR fixed batch", "abs_btr.py", f"{btr} --no-adapt"),
                     ("BTR + ABS", "abs_btr.py", btr),
                     ("BTR + ABS --bf16", "abs_btr.py", f"{btr} --bf16")],
+        # PPO's default --torch-threads 1 against 2 threads, alternating (docs/running.md)
+        "ppo-threads": [("PPO fixed L=2048, 1 torch thread", "abs_ppo_mujoco.py", f"{ppo_fixed} --torch-threads 1"),
+                        ("PPO fixed L=2048, 2 torch threads", "abs_ppo_mujoco.py", f"{ppo_fixed} --torch-threads 2")],
     }
 
 

@@ -279,3 +279,25 @@ def test_a_failed_run_prints_its_command_and_its_last_output(tmp_path):
         # (the script's own wording of the refusal is its business: only that it is shown)
         assert block[1] == "  last lines of its output:" and block[2].startswith("    error: --learning-rate "), block
     assert p.stderr.endswith("failed: PPO fixed L=2048, PPO + ABS\n")
+
+
+def test_the_ppo_threads_group_differs_only_in_torch_threads():
+    for quick in (True, False):
+        rows = throughput.configs(quick)["ppo-threads"]
+        assert "ppo-threads" in throughput.GROUPS and [r[1] for r in rows] == ["abs_ppo_mujoco.py"] * 2
+        assert [r[2].replace(rows[0][2].removesuffix(" --torch-threads 1"), "") for r in rows] == \
+            [" --torch-threads 1", " --torch-threads 2"]
+        assert "--no-adapt --num-steps 2048" in rows[0][2]  # CleanRL's PPO
+
+
+def test_running_page_quotes_the_ppo_threads_record():
+    """docs/running.md's reason for PPO's default --torch-threads 1 is bench/ppo-threads/results.json."""
+    record = json.loads(Path(ROOT, "bench", "ppo-threads", "results.json").read_text())
+    one, two = record["groups"]["ppo-threads"]
+    assert one["name"].endswith("1 torch thread") and two["name"].endswith("2 torch threads")
+    assert record["rounds"] == one["rounds"] == two["rounds"] >= 3 and not one["stopped_rounds"]
+    page = " ".join(Path(ROOT, "docs", "running.md").read_text().split())
+    quoted = (f"steady SPS {one['steady_sps']:.0f} with 1 thread and {two['steady_sps']:.0f} with 2, "
+              f"a ratio of {two['ratio']:.3f}")
+    assert quoted in page, quoted
+    assert f"--rounds {record['rounds']} --out bench/ppo-threads" in page and "busy 2-core machine" in page
