@@ -81,7 +81,8 @@ def configs(quick: bool) -> dict:
         "pqn": [("PQN fixed L=32", "abs_pqn_atari.py", f"{pqn} --no-adapt --num-steps 32"),
                 ("PQN + ABS, L pinned at 32", "abs_pqn_atari.py", pinned),
                 ("PQN + ABS, L in [16, 64]", "abs_pqn_atari.py", f"{pqn} --adapt-freq {K}"),
-                ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py", f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
+                ("PQN + GNS, L pinned at 32", "gns_pqn_atari.py",
+                 f"{pqn} --gns-freq {K} --num-steps-min 32 --num-steps-max 32")],
         "ppo": [("PPO fixed L=2048", "abs_ppo_mujoco.py", f"{ppo} --no-adapt --num-steps 2048"),
                 ("PPO + ABS", "abs_ppo_mujoco.py", ppo)],
         "ppo-atari": [("PPO Atari fixed L=128", "abs_ppo_atari.py", f"{ppo_atari} --no-adapt --num-steps 128"),
@@ -283,11 +284,12 @@ def markdown(results: dict) -> str:
              f"Environment only (random actions, {results['env_only']['num_envs']} envs): " +
              (f"**{results['env_only']['sps']:.0f} SPS**" if results["env_only"]["sps"] is not None
               else f"failed ({results['env_only'].get('error')})"), "",
-             "| variant | SPS | steady SPS | ratio to first | phase split | peak host MB | peak CUDA MB | storage MB | command |",
+             "| variant | SPS | steady SPS | ratio to first | phase split | peak host MB | peak CUDA MB | storage MB "
+             "| command |",
              "|---|---|---|---|---|---|---|---|---|"]
     if results.get("budget_seconds"):
-        lines[4:4] = [f"Budget: {results['budget_seconds']:.0f} s for all runs; a run's SPS marked * was stopped at its "
-                      "time limit in some round (no peak CUDA memory from that round).", ""]
+        lines[4:4] = [f"Budget: {results['budget_seconds']:.0f} s for all runs; a run's SPS marked * was stopped at "
+                      "its time limit in some round (no peak CUDA memory from that round).", ""]
     for group, rows in results["groups"].items():
         for r in rows:
             if r.get("sps") is None:
@@ -369,8 +371,10 @@ def main(argv=None):
         weights = sum(weight(s, f) for v in table.values() for _, s, f in v)
         # fewer rounds rather than runs too short to pass their start-up (at least MIN_SHARE s per weight)
         rounds = max(1, min(rounds, int((args.budget - 10) / (weights * MIN_SHARE))))
-        limits = {g: [(args.budget - 10) * weight(s, f) / (rounds * weights) for _, s, f in v] for g, v in table.items()}
-        print(f"budget {args.budget:.0f} s: {rounds} round(s), {(args.budget - 10) / (rounds * weights):.1f} s per share",
+        limits = {g: [(args.budget - 10) * weight(s, f) / (rounds * weights) for _, s, f in v]
+                  for g, v in table.items()}
+        share = (args.budget - 10) / (rounds * weights)
+        print(f"budget {args.budget:.0f} s: {rounds} round(s), {share:.1f} s per share",
               flush=True)
     if args.keep_logs:
         os.makedirs(args.keep_logs, exist_ok=True)

@@ -17,7 +17,8 @@ import throughput  # noqa: E402
 
 
 def test_scaled_multiplies_only_total_timesteps():
-    assert throughput.scaled("--a 1 --total-timesteps 1000 --b 2", 0.25) == ["--a", "1", "--total-timesteps", "250", "--b", "2"]
+    assert throughput.scaled("--a 1 --total-timesteps 1000 --b 2", 0.25) == \
+        ["--a", "1", "--total-timesteps", "250", "--b", "2"]
 
 
 def test_summarize_medians_and_ratios():
@@ -53,7 +54,8 @@ def test_a_row_the_budget_skipped_is_reported_but_is_no_failure():
 
 def test_steady_sps_is_the_rate_over_the_second_half():
     # 100 steps/s for the first 1000 steps (a slow start, e.g. compilation), then 400 steps/s.
-    events = [(s, 0.0, s / 100) for s in range(0, 1001, 100)] + [(1000 + s, 0.0, 10 + s / 400) for s in range(100, 1001, 100)]
+    events = [(s, 0.0, s / 100) for s in range(0, 1001, 100)] + \
+        [(1000 + s, 0.0, 10 + s / 400) for s in range(100, 1001, 100)]
     assert throughput.steady_sps(events) == pytest.approx(400)
     assert throughput.steady_sps(events[-1:]) is None  # one event: no rate
 
@@ -235,7 +237,8 @@ def test_gpu_summary_counts_verdicts_and_names_the_key_numbers(tmp_path):
     lines = summary.key_numbers({"env_only": {"num_envs": 128, "sps": 25000.0}, "groups": {"pqn-gpu": rows}})
     assert lines == ["- envpool alone, 128 envs, random actions (the ceiling): **25000 SPS**",
                      "- PQN fixed L=32: 1000 SPS, steady **1100**, peak CUDA 1024 MiB",
-                     "- PQN + ABS: 990 SPS, steady **1045**, 0.950 x PQN fixed L=32, stopped at its time limit in 1 round(s)",
+                     "- PQN + ABS: 990 SPS, steady **1045**, 0.950 x PQN fixed L=32, stopped at its time limit in "
+                     "1 round(s)",
                      "- PQN + GNS: **no result** (RuntimeError: boom)"]
 
 

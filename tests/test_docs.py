@@ -95,7 +95,8 @@ def test_readme_is_a_landing_page():
     if lines[-1] == "":
         lines = lines[:-1]
     assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES})"
-    wide = [f"{n}: {len(line)}" for n, line in enumerate(lines, start=1) if len(line) > MAX_WIDTH and line not in COMMANDS]
+    wide = [f"{n}: {len(line)}" for n, line in enumerate(lines, start=1)
+            if len(line) > MAX_WIDTH and line not in COMMANDS]
     assert not wide, f"README.md lines over {MAX_WIDTH} characters: {wide}"
 
 
