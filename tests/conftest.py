@@ -25,9 +25,10 @@ def pytest_report_header(config):
 # Modules of long end-to-end runs first and modules of quick unit tests last: pytest-xdist hands tests out in the
 # order collected, so a long test collected last runs while the other worker has nothing left (the README's test
 # time). The order within a module, and so its module-scoped fixtures, is kept.
-FIRST = ("test_stop_at_step.py", "test_train_alike.py", "test_sweep.py", "test_results.py", "test_hardening_runs.py",
-         "test_bench.py")
-LAST = ("test_report.py", "test_abs_utils.py", "test_docs.py", "test_divergence_study.py", "test_gpu_call.py")
+FIRST = ("test_stop_at_step.py", "test_runs_all_scripts.py", "test_train_alike.py", "test_sweep.py",
+         "test_results.py", "test_hardening_runs.py", "test_bench.py")
+LAST = ("test_report.py", "test_abs_utils.py", "test_docs.py", "test_divergence_study.py", "test_gpu_call.py",
+        "test_copies.py")
 # the report's unit tests, one file per module of reproduce/ beside test_report.py
 LAST += ("test_stats.py", "test_measures.py", "test_sections.py", "test_figures.py", "test_runs.py", "test_events.py")
 

@@ -1,16 +1,12 @@
 """Tests of abs_ppo_atari.py: the schedule and the epoch rule by hand, the categorical KL and the greedy-action change
-against independent computations, CleanRL's initialisation, and real tiny runs on envpool Breakout (end to end,
-resume, signals, the non-finite stop, bad input)."""
+against independent computations, CleanRL's initialisation, and real tiny runs on envpool Breakout. What every
+script shares (bad input, SIGTERM and resume, the non-finite stop, --help) is tested in
+tests/test_runs_all_scripts.py, with this script's own BAD_INPUTS below."""
 import copy
-import dataclasses
 import json
 import math
 import os
-import runpy
-import signal
-import subprocess
 import sys
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -20,19 +16,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.distributions import Categorical, kl_divergence
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_ppo_atari as ppo  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "abs_ppo_atari.py")
-# Tiny settings: 4 envs, L in [4, 16], 1 epoch at L = 8, a measurement every iteration, a window of 2, KL bounds
-# wide around a tiny run's KL and a fast EMA, so that L moves within a few hundred steps.
-TINY = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-minibatches", "2", "--num-steps-min", "4",
-        "--num-steps-max", "16", "--update-epochs", "1", "--epochs-ref-steps", "8", "--adapt-freq", "1",
-        "--window", "2", "--ema-beta", "0.5", "--kl-low", "1e-7", "--kl-high", "0.1", "--ref-batch-size", "32",
-        "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "100", "--no-cuda",
-        "--torch-threads", "1", "--env-threads", "1", "--log-every-seconds", "0", "--checkpoint-every", "0"]
+# 4 envs, L in [4, 16] moving, 2 short evaluation games (tests/scripts.py)
+TINY = [*SCRIPTS["abs_ppo_atari.py"].adaptive, *CPU, "--torch-threads", "1", "--env-threads", "1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -270,57 +262,13 @@ def test_end_to_end_fixed_greedy_mode_with_track_divergence(tmp_path):
     assert "adapt/kl_mean" not in tags and "| delta_bar " in p.stdout
 
 
-def test_sigterm_then_resume_with_only_resume_finishes_the_run(tmp_path):
-    """K = 3: the iteration count carried across the stop keeps the measurements on every 3rd iteration."""
-    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--adapt-freq", "3", "--total-timesteps", "640",
-                            "--run-name", "s", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, env=ENV, cwd=tmp_path)
-    for line in proc.stdout:  # wait until training runs
-        if line.startswith("step "):
-            break
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    ckpt = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=True)
-    assert 0 < ckpt["global_step"] < 640 and ckpt["algo"] == "abs_ppo_atari"
-    assert ckpt["scheduler"]["num_measurements"] == ckpt["iteration"] // 3 and ckpt["args"]["adapt_freq"] == 3
-    p = preloaded.run([sys.executable, SCRIPT, "--resume", str(tmp_path / "s" / "checkpoint.pt")],
-                      capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
-    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
-    assert f"at global_step {ckpt['global_step']}" in p.stdout
-    res = json.loads((tmp_path / "s" / "eval_results.json").read_text())
-    assert 640 <= res["global_step"] < 640 + 4 * 16 and res["args"]["num_envs"] == 4
-    final = torch.load(tmp_path / "s" / "checkpoint.pt", weights_only=True)
-    assert final["iteration"] > ckpt["iteration"] and final["scheduler"]["num_measurements"] == final["iteration"] // 3
-    # one measurement at the end of every 3rd iteration, before and after the stop (each iteration logs its rate at
-    # the step it ended at, as the measurement)
-    kl_steps = sorted(dict(scalars(tmp_path / "s")["adapt/kl"]))
-    lr_steps = sorted(dict(scalars(tmp_path / "s")["charts/learning_rate"]))
-    assert kl_steps == lr_steps[2::3] and len(kl_steps) >= 2
-    # Annealed by the steps done when each iteration started (the previous iteration's step), across the stop.
-    lr = dict(scalars(tmp_path / "s")["charts/learning_rate"])
-    steps = sorted(lr)
-    assert len(steps) == final["iteration"] and ckpt["global_step"] in steps
-    assert all(lr[s] == pytest.approx(2.5e-4 * (1 - b / 640), rel=1e-6) for s, b in zip(steps, [0, *steps[:-1]]))
-    assert os.listdir(tmp_path) == ["s"]
-
-
-def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(tmp_path):
-    p = run([*TINY, "--learning-rate", "1e30", "--total-timesteps", "2000", "--run-name", "nan"], tmp_path)
-    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
-    assert p.stderr.strip().splitlines()[-1].startswith("error: non-finite PPO loss or gradient")
-    failed = torch.load(tmp_path / "nan" / "checkpoint_nonfinite.pt", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in failed["agent"].values())
-    assert not (tmp_path / "nan" / "eval_results.json").exists()
-
-
-# ---------------------------------------------------------------- bad input: one line, exit 2, nothing created
-FLOATS = sorted(f.name for f in dataclasses.fields(ppo.Args) if f.type is float)
+# ---------------------------------------------------------------- bad input
+# This script's own flag checks (flag_problems): (argv, what the one error line must name), each run by
+# tests/test_runs_all_scripts.py on a valid run of 8 steps.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--torch-threads", "-1"], "--torch-threads"),
-    (["--env-threads", "-1"], "--env-threads"), (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
-    (["--stop-at-step", "0"], "--stop-at-step"), (["--learning-rate", "0"], "--learning-rate"),
+    (["--learning-rate", "0"], "--learning-rate"),
     (["--learning-rate", "1e38"], "--learning-rate"), (["--num-envs", "0"], "--num-envs"),
     (["--num-envs", "3000000000"], "--num-envs"), (["--num-minibatches", "0"], "--num-minibatches"),
     (["--gamma", "0"], "--gamma"), (["--gae-lambda", "1.1"], "--gae-lambda"), (["--clip-coef", "0"], "--clip-coef"),
@@ -340,57 +288,9 @@ BAD_INPUTS = [
     (["--ref-batch-size", "0"], "--ref-batch-size"), (["--update-epochs", "0"], "--update-epochs"),
     (["--epochs-ref-steps", "0"], "--epochs-ref-steps"), (["--min-update-epochs", "0"], "--min-update-epochs"),
     (["--eval-episodes", "-1"], "--eval-episodes"), (["--eval-num-envs", "0"], "--eval-num-envs"),
-    (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"), (["--run-name", "a/b"], "--run-name"),
-    (["--track"], "--track"), (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--env-id", "NoGame-v5"], "--env-id"),
-    (["--resume", "nowhere/checkpoint.pt"], "--resume"), (["--num-steps-max", str(10**12)], "--num-steps-max"),
-    (["--no-adapt", "--num-steps", str(10**9)], "--num-steps"),
-    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
-      for value in ("nan",)],  # check_flags refuses every non-finite float alike
+    (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--env-id", "NoGame-v5"], "--env-id"),
+    (["--num-steps-max", str(10**12)], "--num-steps-max"), (["--no-adapt", "--num-steps", str(10**9)], "--num-steps"),
     (["--update-epochs", "1001"], "--update-epochs"), (["--epochs-ref-steps", "1"], "--epochs-ref-steps"),
     (["--min-update-epochs", "1001"], "--min-update-epochs"),  # the longest update's epochs above 1000
 ]
-SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
-
-
-def test_bad_inputs_cover_every_numeric_flag():
-    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
-    numeric = {f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, float)}
-    assert numeric <= named, numeric - named
-
-
-@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
-def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, flag, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
-    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
-    assert e.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
-    assert os.listdir(tmp_path) == []
-
-
-# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
-# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
-INT_FLAGS = [f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, Optional[int])]
-
-
-@pytest.mark.parametrize("name", INT_FLAGS)
-def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
-    flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag([flag, str(2**63)], flag, tmp_path, monkeypatch, capsys)
-
-
-def test_the_int_flags_are_the_counts():
-    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
-    assert len(INT_FLAGS) >= 15
-
-
-def test_help_lists_every_flag(tmp_path):
-    p = preloaded.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
-                      cwd=tmp_path)
-    assert p.returncode == 0
-    text = " ".join(p.stdout.split())
-    for field in ppo.Args.__dataclass_fields__:
-        assert "--" + field.replace("_", "-") in text, field

@@ -2,22 +2,19 @@
 MuJoCo.
 
 The end-to-end runs are subprocesses with tiny settings (InvertedPendulum-v5, a few thousand steps).
-`-m learning` runs the slow learning check (InvertedPendulum-v5, 200k steps, mean eval return >= 900).
+`-m learning` runs the slow learning check (InvertedPendulum-v5, 200k steps, mean eval return >= 900). What every
+script shares (bad input, SIGTERM and resume, the non-finite stop, --help) is tested in tests/test_runs_all_scripts.py,
+with this script's own BAD_INPUTS below.
 """
 import copy
-import dataclasses
 import importlib.util
 import json
 import math
 import os
-import runpy
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +23,7 @@ import torch
 from torch.distributions import Independent, Normal, kl_divergence
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "abs_ppo_mujoco.py"
@@ -35,9 +33,7 @@ ppo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ppo)
 
 ENV = "InvertedPendulum-v5"
-TINY = ["--env-id", ENV, "--num-steps-min", "64", "--num-steps-max", "256", "--num-minibatches", "4",
-        "--adapt-freq", "1", "--window", "2", "--total-timesteps", "2000", "--eval-episodes", "2",
-        "--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0"]
+TINY = [*SCRIPTS["abs_ppo_mujoco.py"].adaptive, *CPU]  # on ENV, L in [64, 256] moving, 2000 steps, 2 episodes
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
         "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
         "losses/clipfrac", "losses/explained_variance",
@@ -357,43 +353,7 @@ def test_evaluate_uses_frozen_statistics(monkeypatch):
     assert ppo.evaluate(agent, ENV, 2, other, seed=5, device=torch.device("cpu"))[0] != first[0]
 
 
-# ---------------------------------------------------------------- command-line validation
-@pytest.mark.parametrize("argv, flag", [
-    (["--env-id", "Breakout-v5"], "--env-id"),
-    (["--env-id", "ALE/Breakout-v5"], "--env-id"),
-    (["--env-id", "CartPole-v1"], "--env-id"),
-    (["--kl-low", "0.1", "--kl-high", "0.1"], "--kl-low"),
-    (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"),
-    (["--num-steps-min", "4096", "--num-steps-max", "2048"], "--num-steps-min"),
-    (["--num-steps-min", "1025", "--num-steps-max", "1050"], "--num-minibatches"),
-    (["--no-adapt", "--num-steps", "100"], "--num-minibatches"),
-    (["--min-update-epochs", "0"], "--min-update-epochs"),
-    (["--ema-beta", "0"], "--ema-beta"),
-    (["--schedule", "cubic"], "--schedule"),
-])
-def test_bad_flags_in_process(argv, flag, capsys):
-    with pytest.raises(SystemExit) as e:
-        ppo.parse_args(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0]
-
-
-@pytest.mark.parametrize("argv, flag", [
-    (["--divergence", "chi2"], "--divergence"),
-    (["--ess-low", "0"], "--ess-low"),
-    (["--ess-high", "1.5"], "--ess-high"),
-    (["--divergence", "ess", "--ess-low", "0.3", "--ess-high", "0.2"], "--ess-high"),
-    (["--divergence", "ess", "--ess-low", "0.2", "--ess-high", "0.2"], "--ess-low"),
-])
-def test_bad_divergence_flags_in_process(argv, flag, capsys):
-    with pytest.raises(SystemExit) as e:
-        ppo.parse_args(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0], err
-
-
+# ---------------------------------------------------------------- flags
 def test_divergence_flags_parse(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     default, _ = ppo.parse_args([])
@@ -402,16 +362,6 @@ def test_divergence_flags_parse(tmp_path, monkeypatch):
     assert (args.divergence, args.ess_low, args.ess_high) == ("ess", 0.05, 1.0)
     assert "divergence" not in ppo.RUN_CONTROL_FLAGS  # it changes the schedule: a --resume keeps the checkpoint's
     assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("argv", [["--env-id", "Breakout-v5"], ["--kl-low", "0.1", "--kl-high", "0.05"]])
-def test_bad_flags_exit_2_and_create_nothing(tmp_path, argv):
-    out = tmp_path / "runs"
-    r = run_script([*argv, "--output-dir", str(out), "--run-name", "bad"], timeout=120)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert not out.exists()
 
 
 # ---------------------------------------------------------------- end-to-end runs
@@ -609,17 +559,6 @@ def test_end_to_end_no_adapt_track_divergence_logs_both(tmp_path):
     assert [s for s, _ in sc["adapt/divergence_ess_mean"]] == steps and "adapt/kl_mean" not in sc
 
 
-def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(tmp_path):
-    # 1e30 is within Adam's float32 step (--learning-rate <= 1e37), and the first update's step ruins the weights.
-    p = run_script([*TINY, "--learning-rate", "1e30", "--output-dir", str(tmp_path), "--run-name", "nan"])
-    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: non-finite PPO loss or gradient"), p.stderr
-    failed = torch.load(tmp_path / "nan" / "checkpoint_nonfinite.pt", weights_only=False)
-    assert all(torch.isfinite(v).all() for v in failed["agent"].values())  # saved before the failing step
-    assert 0 < failed["global_step"] < 2000 and not (tmp_path / "nan" / "eval_results.json").exists()
-
-
 def test_a_non_finite_loss_from_the_entropy_weight_names_it_not_only_the_learning_rate(tmp_path):
     # --ent-coef 1e38 makes the loss overflow float32 at the default learning rate: the line names every flag that
     # scales the loss or its steps, with its value, and does not point at --learning-rate alone.
@@ -658,29 +597,6 @@ def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     assert second["perf"]["update"] > first["perf"]["update"] > 0
 
 
-def test_hard_kill_after_a_checkpoint_keeps_the_events_up_to_it(tmp_path):
-    # SIGKILL leaves no chance to close the event file: the events up to the last checkpoint must already be on
-    # disk, or a resumed run (which purges only the later ones) has a hole in every curve. The script flushes the
-    # writer before each checkpoint; tensorboard's own file layer also appends each event at once, but
-    # tensorflow's tf.io.gfile (used when tensorflow is installed) buffers until a flush.
-    args = [*TINY, "--total-timesteps", "1000000", "--checkpoint-every", "2000", "--output-dir", str(tmp_path),
-            "--run-name", "kill"]
-    p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    ckpt_path = tmp_path / "kill" / "checkpoint.pt"
-    try:
-        deadline = time.time() + 120
-        while not ckpt_path.exists() and time.time() < deadline and p.poll() is None:
-            time.sleep(0.01)
-    finally:
-        p.kill()
-        p.wait(timeout=60)
-    assert p.returncode == -signal.SIGKILL
-    step = torch.load(ckpt_path, map_location="cpu", weights_only=False)["global_step"]
-    logged = [s for s, _ in scalars(tmp_path / "kill")["losses/policy_loss"]]
-    assert step >= 2000 and step in logged  # the checkpointed iteration's events are on disk
-
-
 # ---------------------------------------------------------------- learning check (slow: pytest -m learning)
 @pytest.mark.learning
 def test_learning_inverted_pendulum(tmp_path):
@@ -693,12 +609,10 @@ def test_learning_inverted_pendulum(tmp_path):
     assert res["global_step"] <= 200_000 + 8192 and res["eval"]["mean"] >= 900, res["eval"]
 
 
-# ---------------------------------------------------------------- run safety: flag domains, resume, run directories
-FLOATS = sorted(f.name for f in dataclasses.fields(ppo.Args) if f.type is float)
-# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+# ---------------------------------------------------------------- bad input
+# This script's own flag checks (flag_problems): (argv, what the one error line must name), each run by
+# tests/test_runs_all_scripts.py on a valid run of 8 steps.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
-    (["--torch-threads", "-1"], "--torch-threads"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"), (["--log-every-seconds", "-1"], "--log-every-seconds"),
     (["--total-timesteps", "0"], "--total-timesteps"), (["--learning-rate", "-1"], "--learning-rate"),
     (["--learning-rate", "0"], "--learning-rate"), (["--num-envs", "0"], "--num-envs"),
@@ -711,112 +625,27 @@ BAD_INPUTS = [
     (["--num-steps-min", "1025", "--num-steps-max", "1050"], "--num-minibatches"),
     (["--no-adapt", "--num-steps", "100"], "--num-minibatches"),
     (["--num-steps-min", "32", "--num-steps-max", "32"], "--num-minibatches"),  # 1 transition per minibatch
-    (["--adapt-freq", "0"], "--adapt-freq"), (["--window", "0"], "--window"), (["--ema-beta", "0"], "--ema-beta"),
-    (["--ema-beta", "1.5"], "--ema-beta"), (["--kl-low", "0"], "--kl-low"),
-    (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"), (["--ref-batch-size", "0"], "--ref-batch-size"),
+    (["--adapt-freq", "0"], "--adapt-freq"), (["--window", "0"], "--window"), (["--burn-in", "0"], "--burn-in"),
+    (["--ema-beta", "0"], "--ema-beta"), (["--ema-beta", "1.5"], "--ema-beta"), (["--kl-low", "0"], "--kl-low"),
+    (["--kl-low", "0.2", "--kl-high", "0.1"], "--kl-high"), (["--kl-low", "0.1", "--kl-high", "0.1"], "--kl-low"),
+    (["--ref-batch-size", "0"], "--ref-batch-size"),
     (["--divergence", "chi2"], "--divergence"), (["--ess-low", "0"], "--ess-low"), (["--ess-low", "-0.1"], "--ess-low"),
     (["--ess-low", "1.5"], "--ess-low"), (["--ess-high", "0"], "--ess-high"), (["--ess-high", "1.01"], "--ess-high"),
     (["--ess-low", "0.3", "--ess-high", "0.2"], "--ess-high"),
+    (["--divergence", "ess", "--ess-low", "0.2", "--ess-high", "0.2"], "--ess-low"),
     (["--update-epochs", "0"], "--update-epochs"), (["--epochs-ref-steps", "0"], "--epochs-ref-steps"),
     (["--min-update-epochs", "0"], "--min-update-epochs"), (["--eval-episodes", "-1"], "--eval-episodes"),
-    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
-    (["--track"], "--track"), (["--schedule", "cubic"], "--schedule"), (["--env-id", "Breakout-v5"], "--env-id"),
-    (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    (["--schedule", "cubic"], "--schedule"), (["--env-id", "Breakout-v5"], "--env-id"),
+    (["--env-id", "ALE/Breakout-v5"], "--env-id"), (["--env-id", "CartPole-v1"], "--env-id"),
     (["--env-id", "HalfCheetah-v3"], "--env-id"), (["--env-id", "Hopper-v2"], "--env-id"),  # need mujoco-py
     (["--learning-rate", "1e38"], "--learning-rate"), (["--learning-rate", "4e37"], "--learning-rate"),
-    (["--num-steps-max", "10000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
+    (["--num-steps-max", "10000000000"], "--num-steps-max"),
     (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
     (["--update-epochs", "1001"], "--update-epochs"), (["--epochs-ref-steps", "1"], "--epochs-ref-steps"),
     (["--min-update-epochs", "1001"], "--min-update-epochs"),  # the longest update's epochs above 1000
     # the rule gives 501 epochs at L_max = 1024, the burn-in keeps the base 1001
     (["--update-epochs", "1001", "--base-epochs-in-burn-in", "--num-steps-max", "1024"], "--update-epochs"),
-    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
-      for value in ("nan", "inf", "-inf")],
 ]
-# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
-SAFE = ["--env-id", ENV, "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
-
-
-def test_bad_inputs_cover_every_numeric_flag():
-    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
-    numeric = {f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, float)}
-    assert numeric <= named and len(BAD_INPUTS) > 60
-
-
-@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
-def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *SAFE, *argv, "--output-dir", "out"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_path(str(SCRIPT), run_name="__main__")  # the script's real entry point, in this process
-    assert e.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
-    assert os.listdir(tmp_path) == []
-
-
-# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
-# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
-INT_FLAGS = [f.name for f in dataclasses.fields(ppo.Args) if f.type in (int, Optional[int])]
-
-
-@pytest.mark.parametrize("name", INT_FLAGS)
-def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
-    flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path,
-                                                                             monkeypatch, capsys)
-
-
-def test_the_int_flags_are_the_counts():
-    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
-    assert len(INT_FLAGS) >= 15
-
-
-def files_of(run_dir):
-    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-
-
-def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
-    total, ckpt_path = 1000, tmp_path / "once" / "checkpoint.pt"
-    args = [*TINY, "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
-    p = preloaded.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        for line in p.stdout:  # wait for the first finished iteration
-            if line.startswith("step "):
-                break
-        p.send_signal(signal.SIGTERM)
-        out = p.communicate(timeout=120)[0]
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 128 + signal.SIGTERM, out
-    assert "resume with --resume" in out and not (tmp_path / "once" / "eval_results.json").exists()
-    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
-    assert 0 < stopped < total
-    r = run_script(["--resume", str(ckpt_path)], cwd=tmp_path)
-    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr[-2000:]
-    res = json.loads((tmp_path / "once" / "eval_results.json").read_text())
-    assert res["total_timesteps"] == total and total <= res["global_step"] < total + 256  # not the default 5M
-    assert res["eval"]["episodes"] == 2  # the first run's --eval-episodes, not the default 10
-    first_args = torch.load(ckpt_path, weights_only=True)["args"]
-    first_args.pop("resume"), res["args"].pop("resume")
-    assert res["args"] == first_args  # every flag of the first run
-    # The learning rate anneals over the original 1000 steps across the stop: an iteration starting at step s uses
-    # 3e-4 * (1 - s / 1000), logged at its end.
-    lrs = scalars(tmp_path / "once")["charts/learning_rate"]
-    starts = [0] + [s for s, _ in lrs[:-1]]
-    assert all(v == pytest.approx(3e-4 * (1 - s0 / total), rel=1e-5) for s0, (_, v) in zip(starts, lrs))
-    after = min(s for s, _ in lrs if s > stopped)
-    assert dict(lrs)[after] == pytest.approx(3e-4 * (1 - stopped / total), rel=1e-5)
-
-    # A new run with the same --run-name is refused and leaves the first run's files as they were.
-    before = files_of(tmp_path / "once")
-    r = run_script([*TINY, "--output-dir", str(tmp_path), "--run-name", "once"], timeout=120, cwd=tmp_path)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], r.stderr
-    assert files_of(tmp_path / "once") == before
 
 
 def test_burn_in_separate_from_the_window_by_hand():

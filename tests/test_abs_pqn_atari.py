@@ -1,16 +1,13 @@
 """Tests of abs_pqn_atari.py: the ABS math by hand, delta and Q(lambda) against independent
-computations, and end-to-end runs of the script on a real envpool game with tiny settings."""
+computations, and end-to-end runs of the script on a real envpool game with tiny settings. What every script shares
+(bad input, SIGTERM and resume, the non-finite stop, --help) is tested in tests/test_runs_all_scripts.py, with this
+script's own BAD_INPUTS below."""
 import copy
-import dataclasses
 import json
 import math
 import os
-import runpy
-import signal
 import subprocess
 import sys
-import time
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -19,19 +16,14 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import abs_pqn_atari as pqn  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "abs_pqn_atari.py")
-# Tiny settings: 8 envs, L in [4, 16], a measurement every iteration and a window of 2 so that L moves.
-TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "4",
-        "--num-steps-max", "16", "--adapt-freq", "1", "--window", "2", "--ref-batch-size", "64",
-        "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
-        "--no-cuda", "--log-every-seconds", "0"]
-
-
+TINY = [*SCRIPTS["abs_pqn_atari.py"].adaptive, *CPU]  # 8 envs, L in [4, 16] moving, 2 evaluation games
 # One intra-op thread per run: on 2 shared cores, more threads spin against envpool's workers.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -306,51 +298,13 @@ def test_epsilon_greedy():
     assert set(actions.tolist()) == {0, 1, 2}
 
 
-# ------------------------------------------------------------------ validation
-@pytest.mark.parametrize("flags, needle", [
-    (["--num-steps-min", "80"], "--num-steps-min"),
-    (["--divergence-low", "0.5", "--divergence-high", "0.2"], "--divergence-low"),
-    (["--divergence-high", "1.5"], "--divergence-high"),
-    (["--divergence-low", "0"], "--divergence-low"),
-    (["--num-envs", "6"], "--num-minibatches"),
-    (["--no-adapt", "--num-steps", "3", "--num-envs", "1"], "--num-minibatches"),
-    (["--adapt-freq", "0"], "--adapt-freq"),
-    (["--window", "0"], "--window"),
-    (["--env-id", "HalfCheetah-v5"], "--env-id"),
-    (["--env-id", "NotAGame-v5"], "--env-id"),
-    (["--network", "resnet"], "--network"),
-    (["--schedule", "cubic"], "--schedule"),
-    (["--ema-beta", "0"], "--ema-beta"),
-])
-def test_validate_args_rejects(flags, needle, capsys):
-    with pytest.raises(SystemExit) as e:
-        pqn.parse_args(flags)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
-
-
+# ------------------------------------------------------------------ flags
 def test_defaults_are_valid_and_the_papers():
     args, checkpoint = pqn.parse_args([])
     assert checkpoint is None
     assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.adapt_freq, args.window) == (128, 16, 64, 50, 10)
     assert (args.divergence_low, args.divergence_high, args.ref_batch_size, args.ema_beta) == (0.05, 0.95, 2048, 0.1)
     assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.end_e) == (2, 32, 4, 0.001)
-
-
-@pytest.mark.parametrize("flags, needle", [
-    (["--num-steps-min", "80", "--num-steps-max", "64"], "--num-steps-min"),
-    (["--env-id", "HalfCheetah-v5"], "--env-id"),
-    (["--resume", "nowhere/checkpoint.pt"], "--resume"),
-])
-def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
-    out = tmp_path / "out"
-    p = preloaded.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
-                      capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
-    assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
-    assert not out.exists()
 
 
 def test_compile_without_a_compiler_is_a_one_line_error(tmp_path):
@@ -541,61 +495,6 @@ def test_resume_continues_step_count_and_run_dir(tmp_path):
         assert sums == sorted(sums) and sums[-1] == pytest.approx(ckpt2["perf"][tag.split("/")[1].split("_")[0]]), tag
 
 
-def test_two_quick_sigterms_still_checkpoint_and_exit_143(tmp_path):
-    """A cluster or a double Ctrl-C: the second signal arrives while the first is being handled."""
-    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "10000000", "--run-name", "twice",
-                            "--checkpoint-every", "0", "--output-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, env=ENV)
-    for line in proc.stdout:  # wait until training runs
-        if line.startswith("step "):
-            break
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    assert "Traceback" not in out and "resume with --resume" in out
-    ckpt = torch.load(tmp_path / "twice" / "checkpoint.pt", weights_only=False)
-    assert ckpt["global_step"] > 0 and ckpt["args"]["run_name"] == "twice"
-
-
-def test_non_finite_loss_stops_with_checkpoint(tmp_path):
-    p = run([*TINY, "--total-timesteps", "20000", "--run-name", "nan", "--learning-rate", "1e30"], tmp_path)
-    assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]
-    assert "non-finite TD loss or gradient" in p.stderr and "checkpoint_nonfinite.pt" in p.stderr
-    failed = torch.load(tmp_path / "nan" / "checkpoint_nonfinite.pt", weights_only=False)
-    # The saved weights are those before the failing step: the failure was caught before it was applied.
-    assert all(torch.isfinite(v).all() for v in failed["q_network"].values())
-    assert not (tmp_path / "nan" / "eval_results.json").exists()
-    # Its clock runs up to the failure (it once kept the last checkpoint's, here none: 0).
-    assert failed["train_seconds"] >= sum(failed["perf"].values()) > 0
-
-
-def test_resume_warns_about_overridden_flags_and_rejects_a_bad_file(tmp_path, capsys):
-    p = run([*TINY, "--total-timesteps", "64", "--run-name", "w", "--eval-episodes", "0"], tmp_path)
-    assert p.returncode == 0, p.stderr[-2000:]
-    ckpt = str(tmp_path / "w" / "checkpoint.pt")
-    args, checkpoint = pqn.parse_args(["--resume", ckpt, "--learning-rate", "1e-4", "--total-timesteps", "128"])
-    assert args.learning_rate == 2.5e-4 and args.total_timesteps == 128 and args.num_envs == 8
-    err = capsys.readouterr().err  # the overridden algorithm flag is named; the run-control one is not
-    assert "warning: --resume keeps the checkpoint's algorithm flags" in err and "--learning-rate 0.0001" in err
-    assert "--total-timesteps" not in err
-    bad = tmp_path / "bad.pt"
-    bad.write_text("not a checkpoint")
-    p = run(["--resume", str(bad)], tmp_path)
-    assert p.returncode == 2 and p.stderr.strip().startswith("error: --resume") and len(p.stderr.strip().splitlines()) == 1
-
-
-def test_help_lists_every_flag_with_its_docstring(tmp_path):
-    p = preloaded.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120, env=ENV,
-                      cwd=tmp_path)
-    assert p.returncode == 0
-    text = " ".join(p.stdout.split())
-    for field in pqn.Args.__dataclass_fields__:
-        assert "--" + field.replace("_", "-") in text, field
-    assert "pqn-xl" in text and "linear" in text and "(default: 2048)" in text  # docstrings and defaults shown
-
-
 # ------------------------------------------------------------------ speed flags: same numbers, faster
 def _update_batch(num_actions=4, n=64, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -662,17 +561,11 @@ def test_end_to_end_bf16_compile(tmp_path):
     assert res["global_step"] >= 1500
 
 
-# ------------------------------------------------------------------ run safety: flag domains, resume, run directories
-def numeric_flags(args_cls):
-    return {f.name for f in dataclasses.fields(args_cls) if f.type in (int, float)}
-
-
-FLOATS = sorted(f.name for f in dataclasses.fields(pqn.Args) if f.type is float)
-# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+# ------------------------------------------------------------------ bad input
+# This script's own flag checks (flag_problems): (argv, what the one error line must name), each run by
+# tests/test_runs_all_scripts.py on a valid run of 8 steps; it also runs what abs_utils checks for every script (the
+# seed, the run name, NaN and infinity, every integer flag at 2^63).
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
-    (["--torch-threads", "-1"], "--torch-threads"), (["--torch-threads", "2000"], "--torch-threads"),
-    (["--env-threads", "-1"], "--env-threads"), (["--env-threads", "2000"], "--env-threads"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
@@ -685,106 +578,24 @@ BAD_INPUTS = [
     (["--exploration-fraction", "2"], "--exploration-fraction"), (["--num-steps", "0"], "--num-steps"),
     (["--num-steps-min", "0"], "--num-steps-min"), (["--num-steps-max", "0"], "--num-steps-max"),
     (["--num-steps-min", "80"], "--num-steps-min"), (["--adapt-freq", "0"], "--adapt-freq"),
-    (["--window", "0"], "--window"), (["--ema-beta", "0"], "--ema-beta"), (["--ema-beta", "1.5"], "--ema-beta"),
+    (["--window", "0"], "--window"), (["--burn-in", "0"], "--burn-in"), (["--ema-beta", "0"], "--ema-beta"),
+    (["--ema-beta", "1.5"], "--ema-beta"),
     (["--divergence-low", "0"], "--divergence-low"), (["--divergence-high", "1.5"], "--divergence-high"),
     (["--divergence-low", "0.5", "--divergence-high", "0.2"], "--divergence-low"),
     (["--ref-batch-size", "0"], "--ref-batch-size"), (["--update-epochs", "0"], "--update-epochs"),
     (["--epochs-ref-steps", "0"], "--epochs-ref-steps"), (["--eval-episodes", "-1"], "--eval-episodes"),
     (["--eval-epsilon", "1.5"], "--eval-epsilon"), (["--eval-num-envs", "0"], "--eval-num-envs"),
     (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
-    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
-    (["--track"], "--track"), (["--network", "resnet"], "--network"), (["--schedule", "cubic"], "--schedule"),
-    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    (["--network", "resnet"], "--network"), (["--schedule", "cubic"], "--schedule"),
+    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--env-id", "NotAGame-v5"], "--env-id"),
     # Past envpool's int32, storage larger than any machine's memory
     (["--num-envs", "3000000000"], "--num-envs"), (["--eval-num-envs", "3000000000"], "--eval-num-envs"),
     (["--eval-max-episode-steps", "3000000000"], "--eval-max-episode-steps"),
-    (["--num-steps-max", "1000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
+    (["--num-steps-max", "1000000000"], "--num-steps-max"),
     (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
-    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
-      for value in ("nan", "inf", "-inf")],
     (["--update-epochs", "1001"], "--update-epochs"),  # the longest update's epochs above 1000
     (["--update-epochs", "20", "--epochs-ref-steps", "1"], "--epochs-ref-steps"),  # 20 x 64 / 1 = 1280 epochs
 ]
-# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
-SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
-
-
-def test_bad_inputs_cover_every_numeric_flag():
-    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
-    assert numeric_flags(pqn.Args) <= named and len(BAD_INPUTS) > 70
-
-
-@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
-def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
-    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
-    assert e.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
-    assert os.listdir(tmp_path) == []
-
-
-# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
-# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
-INT_FLAGS = [f.name for f in dataclasses.fields(pqn.Args) if f.type in (int, Optional[int])]
-
-
-@pytest.mark.parametrize("name", INT_FLAGS)
-def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
-    flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path,
-                                                                             monkeypatch, capsys)
-
-
-def test_the_int_flags_are_the_counts():
-    assert {"window", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
-    assert len(INT_FLAGS) >= 15
-
-
-def files_of(run_dir):
-    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-
-
-def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
-    total, ckpt_path = 512, tmp_path / "once" / "checkpoint.pt"
-    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
-                            "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    for line in proc.stdout:  # wait until training runs
-        if line.startswith("step "):
-            break
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    assert "resume with --resume" in out and not (tmp_path / "once" / "eval_results.json").exists()
-    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
-    assert 0 < stopped < total and torch.load(ckpt_path, weights_only=True)["algo"] == "abs_pqn_atari"
-    p = preloaded.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
-                      timeout=600, cwd=tmp_path, env=ENV)
-    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
-    res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
-    assert total <= res["global_step"] < total + 8 * 16  # the original --total-timesteps, not the default 20M
-    # Evaluation kept the first run's flags (2 episodes capped at 150 steps; check_eval_json checks both).
-    first_args = torch.load(ckpt_path, weights_only=True)["args"]
-    first_args.pop("resume"), res["args"].pop("resume")
-    assert res["args"] == first_args  # every flag of the first run
-    # Epsilon decays over 1.0 x 512 steps across the stop: the first step after it continues the line.
-    eps = dict(scalars(tmp_path / "once")["charts/epsilon"])
-    after = min(s for s in eps if s > stopped)
-    assert eps[after] == pytest.approx(pqn.linear_schedule(1.0, 0.001, total, after - 8), abs=1e-6)
-    assert eps[after] < eps[stopped] <= 1.0
-    assert all(v == pytest.approx(pqn.linear_schedule(1.0, 0.001, total, s - 8), abs=1e-6) for s, v in eps.items())
-
-    # A new run with the same --run-name is refused and leaves the first run's files as they were.
-    before = files_of(tmp_path / "once")
-    p = preloaded.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
-                       str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
-    assert files_of(tmp_path / "once") == before
 
 
 def test_burn_in_separate_from_the_window_by_hand():

@@ -18,7 +18,6 @@ import contextlib
 import copy
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -27,6 +26,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import SCRIPTS  # the scripts and their tiny runs (tests/scripts.py), here without --no-cuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -107,10 +107,8 @@ def check_run(p, run_dir, device, algo, total, episodes, loss="losses/td_loss"):
 
 
 # ---------------------------------------------------------------- end to end
-PQN_TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "4",
-            "--num-steps-max", "16", "--adapt-freq", "1", "--window", "2", "--ref-batch-size", "64",
-            "--divergence-low", "0.01", "--divergence-high", "0.5", "--eval-episodes", "2", "--eval-num-envs", "2",
-            "--eval-max-episode-steps", "150", "--log-every-seconds", "0", "--total-timesteps", "2000"]
+PQN_TINY = [*SCRIPTS["abs_pqn_atari.py"].adaptive, "--divergence-low", "0.01", "--divergence-high", "0.5",
+            "--total-timesteps", "2000"]
 
 
 def test_pqn_abs_end_to_end_on_device(device, tmp_path):
@@ -148,11 +146,7 @@ def test_pqn_abs_end_to_end_on_device(device, tmp_path):
         assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(pqn.QNetwork(4))
 
 
-PPO_ATARI_TINY = ["--env-id", "Breakout-v5", "--num-envs", "4", "--num-minibatches", "2", "--num-steps-min", "4",
-                  "--num-steps-max", "16", "--update-epochs", "1", "--epochs-ref-steps", "8", "--adapt-freq", "1",
-                  "--window", "2", "--ema-beta", "0.5", "--kl-low", "1e-7", "--kl-high", "0.1", "--ref-batch-size",
-                  "32", "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "100",
-                  "--log-every-seconds", "0", "--total-timesteps", "640", "--checkpoint-every", "0"]
+PPO_ATARI_TINY = [*SCRIPTS["abs_ppo_atari.py"].adaptive, "--total-timesteps", "640"]
 
 
 def test_ppo_atari_abs_end_to_end_on_device(device, tmp_path):
@@ -169,10 +163,7 @@ def test_ppo_atari_abs_end_to_end_on_device(device, tmp_path):
 
 
 def test_gns_end_to_end_on_device(device, tmp_path):
-    argv = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "1",
-            "--num-steps-max", "8", "--gns-freq", "1", "--gns-micro-batches", "2", "--exploration-fraction", "1",
-            "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
-            "--log-every-seconds", "0", "--total-timesteps", "600", "--run-name", "gns"]
+    argv = [*SCRIPTS["gns_pqn_atari.py"].adaptive, "--total-timesteps", "600", "--run-name", "gns"]
     p = script_run("gns_pqn_atari.py", argv, tmp_path, device)
     tags = check_run(p, tmp_path / "gns", device, "gns_pqn_atari", 600, 2)
     Ls = [v for _, v in tags["adapt/num_steps"]]
@@ -183,12 +174,7 @@ def test_gns_end_to_end_on_device(device, tmp_path):
         assert tags["perf/cuda_peak_bytes"][-1][1] >= tags["perf/storage_bytes"][0][1] + 3 * param_bytes(pqn.QNetwork(4))
 
 
-BTR_TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "400",
-            "--model-size", "0.25", "--hidden-size", "32", "--num-cosines", "16", "--batch-size-min", "32",
-            "--batch-size-max", "64", "--ref-batch-size", "64", "--adapt-freq", "2", "--divergence-span", "1",
-            "--window", "2", "--ema-beta", "0.5", "--target-network-frequency", "10", "--exploration-steps", "400",
-            "--eval-episodes", "1", "--eval-num-envs", "1", "--eval-max-episode-steps", "50", "--scalar-every", "5",
-            "--log-every-seconds", "0", "--checkpoint-every", "0"]
+BTR_TINY = [*SCRIPTS["abs_btr.py"].adaptive, "--model-size", "0.25", "--hidden-size", "32"]  # the IMPALA network
 
 
 def test_btr_abs_end_to_end_on_device(device, tmp_path):

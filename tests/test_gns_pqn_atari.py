@@ -1,19 +1,15 @@
 """Tests of gns_pqn_atari.py: the GNS estimator against exact per-sample gradients of linear least
 squares, the schedule (including the undefined case), micro-batch gradients against autograd,
-validation, and end-to-end runs of the script on a real envpool game with tiny settings."""
+validation, and end-to-end runs of the script on a real envpool game with tiny settings. What every script shares
+is tested in tests/test_runs_all_scripts.py, with this script's own BAD_INPUTS below; the code it shares with
+abs_pqn_atari.py in tests/test_copies.py."""
 import copy
-import dataclasses
-import inspect
 import io
 import json
 import math
 import os
-import runpy
 import shutil
-import signal
-import subprocess
 import sys
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -22,6 +18,7 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -29,15 +26,9 @@ import abs_pqn_atari as abs_pqn  # noqa: E402
 import gns_pqn_atari as gns  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "gns_pqn_atari.py")
-# The tiny settings of test_abs_pqn_atari.py (8 envs, 2 minibatches, 2 short evaluation games), except
-# for the controller: early in Breakout B_simple is about 0-70, so with E = 8 the range L in [1, 8]
-# (not [4, 16]) is where round(B_simple / E) lands; an estimate every iteration (--gns-freq 1) from
-# 2 micro-batches (the cheapest), and epsilon decaying over the whole run so that the envs' states and
-# gradients differ. L then moves within a few hundred steps.
-TINY = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min", "1",
-        "--num-steps-max", "8", "--gns-freq", "1", "--gns-micro-batches", "2", "--exploration-fraction", "1",
-        "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
-        "--no-cuda", "--log-every-seconds", "0"]
+# The tiny settings of test_abs_pqn_atari.py (8 envs, 2 minibatches, 2 short evaluation games), except for the
+# controller: L in [1, 8], an estimate every iteration from 2 micro-batches (tests/scripts.py says why).
+TINY = [*SCRIPTS["gns_pqn_atari.py"].adaptive, *CPU]
 ADAPT_TAGS = ["adapt/gns", "adapt/gns_noise", "adapt/gns_signal", "adapt/num_steps", "adapt/batch_size",
               "adapt/update_epochs", "adapt/gns_seconds", "adapt/gns_undefined"]
 
@@ -347,29 +338,7 @@ def test_default_timing_estimates_before_the_update():
     assert gns.learn_with_gns(net, opt, (obs, actions, returns, valid), 1, args, None, False)[2:] == (None, 0.0)
 
 
-# ------------------------------------------------------------------ validation and identity with abs_pqn_atari.py
-@pytest.mark.parametrize("flags, needle", [
-    (["--gns-micro-batches", "1"], "--gns-micro-batches"),
-    (["--num-envs", "12"], "--gns-micro-batches"),  # 12 % 4 minibatches is fine, 12 % 8 micro-batches is not
-    (["--num-envs", "16", "--gns-micro-batches", "32"], "--gns-micro-batches"),
-    (["--gns-freq", "0"], "--gns-freq"),
-    (["--num-envs", "6"], "--num-minibatches"),
-    (["--num-steps-min", "80"], "--num-steps-min"),
-    (["--env-id", "HalfCheetah-v5"], "--env-id"),
-    (["--network", "resnet"], "--network"),
-    (["--gns-timing", "during"], "--gns-timing"),
-    (["--gns-micro-batching", "random"], "--gns-micro-batching"),
-    (["--gns-start-steps", "80"], "--gns-start-steps"),
-    (["--gns-start-steps", "8"], "--gns-start-steps"),
-])
-def test_parse_args_rejects(flags, needle, capsys):
-    with pytest.raises(SystemExit) as e:
-        gns.parse_args(flags)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
-
-
+# ------------------------------------------------------------------ flags (the code shared with PQN: test_copies.py)
 @pytest.mark.parametrize("flag", ["--window", "--ema-beta", "--divergence-low", "--divergence-high", "--schedule",
                                   "--ref-batch-size", "--adapt-freq", "--burn-in"])
 def test_abs_only_flags_are_gone(flag, capsys):
@@ -393,36 +362,6 @@ def test_defaults_are_valid_and_the_papers():
     # Fixed batch: the micro-batch rule does not apply.
     args, _ = gns.parse_args(["--no-adapt", "--num-envs", "12", "--num-steps", "32"])
     assert args.num_envs == 12
-
-
-def test_shared_flags_and_code_are_abs_pqn_atari_s():
-    g, a = gns.Args(), abs_pqn.Args()
-    shared = {k: v for k, v in vars(g).items() if not k.startswith("gns_") and k != "exp_name"}
-    assert shared == {k: vars(a)[k] for k in shared}  # every remaining flag, same default
-    assert set(vars(a)) - set(vars(g)) == {"adapt_freq", "window", "ema_beta", "divergence_low", "divergence_high",
-                                           "ref_batch_size", "schedule", "track_divergence", "burn_in"}
-    assert gns.RUN_CONTROL_FLAGS == abs_pqn.RUN_CONTROL_FLAGS and gns.NETWORKS == abs_pqn.NETWORKS
-    assert gns.CHECKPOINT_STATE == abs_pqn.CHECKPOINT_STATE  # the same checkpoint keys
-    for name in ["round_half_up", "update_epochs_for", "q_lambda_returns", "learning_rate_at", "linear_schedule", "nature_cnn",
-                 "ResidualBlock", "QNetwork", "autocast", "select_actions", "Rollout", "pqn_update",
-                 "make_envs", "is_atari", "evaluate", "parse_args"]:
-        assert inspect.getsource(getattr(gns, name)) == inspect.getsource(getattr(abs_pqn, name)), name
-
-
-@pytest.mark.parametrize("flags, needle", [
-    (["--gns-micro-batches", "1"], "--gns-micro-batches"),
-    (["--num-envs", "12"], "--gns-micro-batches"),
-    # tyro's own error, on a UTF-8 pipe (drawn as a box there; under pytest's capture it is plain text)
-    (["--gns-timing", "during"], "invalid choice 'during' for argument '--gns-timing'"),
-])
-def test_bad_flag_exits_2_with_one_line_and_creates_nothing(tmp_path, flags, needle):
-    out = tmp_path / "out"
-    p = preloaded.run([sys.executable, SCRIPT, *flags, "--output-dir", str(out), "--run-name", "x"],
-                      capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
-    assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
-    assert not out.exists()
 
 
 # ------------------------------------------------------------------ end to end on envpool
@@ -579,17 +518,10 @@ def test_resume_continues_step_count_L_and_run_dir(gns_run, tmp_path):
     assert ckpt2["perf"]["adapt"] > ckpt["perf"]["adapt"] > 0
 
 
-# ------------------------------------------------------------------ run safety: flag domains, resume, run directories
-def numeric_flags(args_cls):
-    return {f.name for f in dataclasses.fields(args_cls) if f.type in (int, float)}
-
-
-FLOATS = sorted(f.name for f in dataclasses.fields(gns.Args) if f.type is float)
-# (argv, the flag its one error line must name); NaN and infinity for every float flag come on top.
+# ------------------------------------------------------------------ bad input
+# This script's own flag checks (flag_problems): (argv, what the one error line must name), each run by
+# tests/test_runs_all_scripts.py on a valid run of 8 steps.
 BAD_INPUTS = [
-    (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
-    (["--torch-threads", "-1"], "--torch-threads"), (["--torch-threads", "2000"], "--torch-threads"),
-    (["--env-threads", "-1"], "--env-threads"), (["--env-threads", "2000"], "--env-threads"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--log-every-seconds", "-1"], "--log-every-seconds"), (["--total-timesteps", "0"], "--total-timesteps"),
     (["--learning-rate", "-1"], "--learning-rate"), (["--learning-rate", "0"], "--learning-rate"),
@@ -603,122 +535,21 @@ BAD_INPUTS = [
     (["--num-steps-min", "0"], "--num-steps-min"), (["--num-steps-max", "0"], "--num-steps-max"),
     (["--num-steps-min", "80"], "--num-steps-min"), (["--gns-freq", "0"], "--gns-freq"),
     (["--gns-micro-batches", "1"], "--gns-micro-batches"), (["--gns-micro-batches", "3"], "--gns-micro-batches"),
+    (["--num-envs", "12"], "--gns-micro-batches"),  # 12 % 4 minibatches is fine, 12 % 8 micro-batches is not
+    (["--num-envs", "16", "--gns-micro-batches", "32"], "--gns-micro-batches"),
     (["--gns-start-steps", "-1"], "--gns-start-steps"), (["--gns-start-steps", "80"], "--gns-start-steps"),
+    (["--gns-start-steps", "8"], "--gns-start-steps"),  # below L_min
     (["--gns-timing", "during"], "--gns-timing"), (["--gns-micro-batching", "strided"], "--gns-micro-batching"),
     (["--update-epochs", "0"], "--update-epochs"),
     (["--epochs-ref-steps", "0"], "--epochs-ref-steps"), (["--eval-episodes", "-1"], "--eval-episodes"),
     (["--eval-epsilon", "1.5"], "--eval-epsilon"), (["--eval-num-envs", "0"], "--eval-num-envs"),
     (["--eval-max-episode-steps", "0"], "--eval-max-episode-steps"),
-    (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
-    (["--track"], "--track"), (["--network", "resnet"], "--network"),
-    (["--env-id", "HalfCheetah-v5"], "--env-id"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
+    (["--network", "resnet"], "--network"), (["--env-id", "HalfCheetah-v5"], "--env-id"),
     # Past envpool's int32, storage larger than any machine's memory
     (["--num-envs", "3000000000"], "--num-envs"), (["--eval-num-envs", "3000000000"], "--eval-num-envs"),
     (["--eval-max-episode-steps", "3000000000"], "--eval-max-episode-steps"),
-    (["--num-steps-max", "1000000000"], "--num-steps-max"), (["--num-steps-max", str(10**17)], "--num-steps-max"),
+    (["--num-steps-max", "1000000000"], "--num-steps-max"),
     (["--no-adapt", "--num-steps", "1000000000"], "--num-steps"),
-    *[(["--" + name.replace("_", "-"), value], "--" + name.replace("_", "-")) for name in FLOATS
-      for value in ("nan", "inf", "-inf")],
     (["--update-epochs", "1001"], "--update-epochs"),  # the longest update's epochs above 1000
     (["--update-epochs", "20", "--epochs-ref-steps", "1"], "--epochs-ref-steps"),  # 20 x 64 / 1 = 1280 epochs
 ]
-# A small valid run in case a bad input slipped through (the test then fails instead of training for hours).
-SAFE = ["--num-envs", "8", "--total-timesteps", "8", "--eval-episodes", "0", "--no-cuda"]
-
-
-def test_bad_inputs_cover_every_numeric_flag():
-    named = {a[2:].replace("-", "_") for argv, _ in BAD_INPUTS for a in argv if a.startswith("--")}
-    assert numeric_flags(gns.Args) <= named and len(BAD_INPUTS) > 60
-
-
-@pytest.mark.parametrize("argv, flag", BAD_INPUTS)
-def test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing(argv, flag, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb cannot be imported (as when it is not installed)
-    monkeypatch.setattr(sys, "argv", [SCRIPT, *SAFE, *argv, "--output-dir", "out"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_path(SCRIPT, run_name="__main__")  # the script's real entry point, in this process
-    assert e.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], lines
-    assert os.listdir(tmp_path) == []
-
-
-# Every integer flag, including those the script checks only from below or not at all: a count of 2^63 (a typo)
-# would loop for ever or overflow (a deque of --window 2^63 once the run directory exists), so it is refused first.
-INT_FLAGS = [f.name for f in dataclasses.fields(gns.Args) if f.type in (int, Optional[int])]
-
-
-@pytest.mark.parametrize("name", INT_FLAGS)
-def test_every_int_flag_at_2_63_is_refused_with_one_line_and_creates_nothing(name, tmp_path, monkeypatch, capsys):
-    flag = "--" + name.replace("_", "-")
-    test_bad_input_exits_2_with_one_line_naming_the_flag_and_creates_nothing([flag, str(2**63)], flag, tmp_path,
-                                                                             monkeypatch, capsys)
-
-
-def test_the_int_flags_are_the_counts():
-    assert {"gns_freq", "total_timesteps", "checkpoint_every", "eval_episodes", "stop_at_step"} <= set(INT_FLAGS)
-    assert len(INT_FLAGS) >= 15
-
-
-def files_of(run_dir):
-    return {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-
-
-def test_sigterm_then_resume_with_only_resume_keeps_every_flag(tmp_path):
-    total, ckpt_path = 256, tmp_path / "once" / "checkpoint.pt"
-    proc = preloaded.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(total), "--exploration-fraction",
-                            "1.0", "--checkpoint-every", "0", "--run-name", "once", "--output-dir", str(tmp_path)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    for line in proc.stdout:  # wait until training runs
-        if line.startswith("step "):
-            break
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    stopped = torch.load(ckpt_path, weights_only=True)["global_step"]
-    assert 0 < stopped < total
-    p = preloaded.run([sys.executable, SCRIPT, "--resume", str(ckpt_path)], capture_output=True, text=True,
-                      timeout=600, cwd=tmp_path, env=ENV)
-    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
-    res = check_eval_json(tmp_path / "once" / "eval_results.json", {"num_envs": 8, "eval_num_envs": 2}, total)
-    assert total <= res["global_step"] < total + 8 * 8  # the original --total-timesteps, not the default 20M
-    # Evaluation kept the first run's flags (2 episodes capped at 150 steps; check_eval_json checks both).
-    first_args = torch.load(ckpt_path, weights_only=True)["args"]
-    first_args.pop("resume"), res["args"].pop("resume")
-    assert res["args"] == first_args  # every flag of the first run
-    # Epsilon decays over 1.0 x 256 steps across the stop: the first step after it continues the line.
-    eps = dict(scalars(tmp_path / "once")["charts/epsilon"])
-    after = min(s for s in eps if s > stopped)
-    assert eps[after] == pytest.approx(gns.linear_schedule(1.0, 0.001, total, after - 8), abs=1e-6)
-    assert eps[after] < eps[stopped] <= 1.0
-    assert all(v == pytest.approx(gns.linear_schedule(1.0, 0.001, total, s - 8), abs=1e-6) for s, v in eps.items())
-
-    # A new run with the same --run-name is refused and leaves the first run's files as they were.
-    before = files_of(tmp_path / "once")
-    p = preloaded.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--run-name", "once", "--output-dir",
-                       str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and "--resume" in lines[0] and "--run-name" in lines[0], p.stderr
-    assert files_of(tmp_path / "once") == before
-
-
-def test_checkpoint_of_another_script_is_refused(tmp_path, capsys):
-    ckpt = tmp_path / "checkpoint.pt"
-    torch.save({"algo": "abs_pqn_atari", "args": {}, "run_name": "r"}, ckpt)  # what abs_pqn_atari.py stores
-    with pytest.raises(SystemExit) as e:
-        gns.parse_args(["--resume", str(ckpt)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err == [f"error: --resume: {str(ckpt)!r} is a checkpoint of abs_pqn_atari.py, "
-                                         "not of gns_pqn_atari.py"]
-    # This script's keys (CHECKPOINT_STATE, besides the Run's) are what a resume checks before using them.
-    mine = {"algo": "gns_pqn_atari", "args": {"seed": 7}, "run_name": "r", "global_step": 0, "train_seconds": 0.0,
-            "perf": {}, "rng": {}, "q_network": {}, "optimizer": {}, "scheduler": {}, "iteration": 0}
-    torch.save(mine, ckpt)
-    assert gns.parse_args(["--resume", str(ckpt)])[0].seed == 7
-    capsys.readouterr()
-    torch.save({k: v for k, v in mine.items() if k != "scheduler"}, ckpt)
-    with pytest.raises(SystemExit) as e:
-        gns.parse_args(["--resume", str(ckpt)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and "no valid 'scheduler'" in err[0], err

@@ -18,31 +18,15 @@ import pytest
 import torch
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, GENERIC, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-COMMON = ["--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0"]
-ATARI_EVAL = ["--eval-num-envs", "1", "--eval-max-episode-steps", "100"]
-SCRIPTS = {  # script -> (tiny training flags, the network's key in the checkpoint)
-    "abs_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "4", "--total-timesteps", "64", *ATARI_EVAL], "q_network"),
-    "gns_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "4", "--total-timesteps", "64", *ATARI_EVAL], "q_network"),
-    "abs_ppo_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "16", "--update-epochs", "1", "--total-timesteps", "128", *ATARI_EVAL],
-                         "agent"),
-    "abs_ppo_mujoco.py": (["--env-id", "Hopper-v4", "--num-envs", "1", "--num-minibatches", "2", "--no-adapt",
-                           "--num-steps", "64", "--update-epochs", "1", "--total-timesteps", "128"], "agent"),
-    "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "200",
-                    "--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
-                    "--total-timesteps", "64", *ATARI_EVAL], "q_network"),
-}
+COMMON = [*CPU, "--log-every-seconds", "0", "--checkpoint-every", "0"]
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
-GENERIC_IN = "abs_pqn_atari.py"  # the script that also runs the cases abs_utils handles alike for all
 
 
 def script_cmd(script, *argv):
-    return [sys.executable, os.path.join(ROOT, script), *argv]
+    return [sys.executable, SCRIPTS[script].path, *argv]
 
 
 def run(script, argv, cwd, timeout=300):
@@ -67,7 +51,7 @@ def files_of(folder):  # name -> bytes, .lock (taken by any run before it loads)
 @pytest.mark.parametrize("script", list(SCRIPTS))
 def test_a_signal_at_start_up_is_one_line_and_exit_128_plus_n(script, tmp_path):
     """During the imports (the slow first second) and the set-up: nothing is saved; the run can start again."""
-    flags, _ = SCRIPTS[script]
+    flags = SCRIPTS[script].fixed
     for sig in SIGNALS:
         proc = subprocess.Popen(script_cmd(script, *flags, *COMMON, "--output-dir", str(tmp_path / "runs"),
                                            "--run-name", "r"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -85,7 +69,7 @@ def test_a_signal_at_start_up_is_one_line_and_exit_128_plus_n(script, tmp_path):
 
 @pytest.mark.parametrize("script, sig", [(s, SIGNALS[i % 2]) for i, s in enumerate(SCRIPTS)])
 def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finished_run_is_kept(script, sig, tmp_path):
-    flags, _ = SCRIPTS[script]
+    flags = SCRIPTS[script].fixed
     proc = preloaded.Popen(script_cmd(script, *flags, *COMMON, "--eval-episodes", "1000", "--output-dir",
                                       str(tmp_path), "--run-name", "r"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
@@ -116,7 +100,7 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
 
     before = files_of(tmp_path / "r")  # a finished run: refused, however it is resumed, and left as it was
     # abs_utils.parse_args refuses it for every script alike: the variants once, in one script
-    for extra in ([], ["--eval-episodes", "0"], ["--eval-episodes", "3"])[:3 if script == GENERIC_IN else 1]:
+    for extra in ([], ["--eval-episodes", "0"], ["--eval-episodes", "3"])[:3 if script == GENERIC else 1]:
         line = one_error_line(run(script, ["--resume", str(ckpt), *extra], tmp_path))
         assert f"--resume: {tmp_path / 'r'} is a finished run" in line and f"at global_step {step}" in line
         assert "larger --total-timesteps" in line and "move its eval_results.json aside" in line
@@ -124,7 +108,7 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
 
     # Checkpoints whose contents do not fit their flags, each in a directory of its own.
     checkpoint = torch.load(ckpt, weights_only=True)
-    _, net = SCRIPTS[script]
+    net = SCRIPTS[script].network
     first = next(iter(checkpoint[net]))
     shape = list(checkpoint[net][first].shape)
     cases = {  # name -> (change, what the line must say)
@@ -138,7 +122,7 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
                      ["--learning-rate must be", "got -1.0", "comes from the checkpoint"]),
     }
     for name, (change, needles) in cases.items():
-        if name in ("empty_network", "negative_step", "bad_flag") and script != GENERIC_IN:
+        if name in ("empty_network", "negative_step", "bad_flag") and script != GENERIC:
             # alike in every script: abs_utils checks the counters and flags before the script loads anything, and
             # another network's weights already show that the script loads its network through load_state
             continue
@@ -158,7 +142,7 @@ def test_a_prefix_run_stopped_during_its_evaluation_is_evaluated_again_at_its_st
     """--stop-at-step: the resume of a prefix checkpoint whose evaluation was stopped evaluates at the same stop
     (it does not train on to --total-timesteps); once evaluated, a resume goes on to the end as before."""
     script = "abs_pqn_atari.py"
-    flags, _ = SCRIPTS[script]
+    flags = SCRIPTS[script].fixed
     base = [*flags, *COMMON, "--total-timesteps", "128", "--stop-at-step", "64", "--output-dir", str(tmp_path),
             "--run-name", "r"]
     proc = preloaded.Popen(script_cmd(script, *base, "--eval-episodes", "1000"), stdout=subprocess.PIPE,

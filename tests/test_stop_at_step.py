@@ -5,37 +5,29 @@ final one, and the resumed environments are seeded with seed + S (abs_utils.env_
 environments; fixed batches, so that both runs log at the same steps."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, GENERIC, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-COMMON = ["--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", "0", "--eval-episodes", "1"]
-ATARI_EVAL = ["--eval-num-envs", "1", "--eval-max-episode-steps", "100"]
-CASES = {  # script -> (flags, total, stop): schedules that move over the whole run, and a stop mid-way
-    "abs_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "4", "--anneal-lr", "--exploration-fraction", "1.0", *ATARI_EVAL], 640, 320),
-    "gns_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "4", "--anneal-lr", "--exploration-fraction", "1.0", *ATARI_EVAL], 640, 320),
-    "abs_ppo_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
-                          "--num-steps", "16", "--update-epochs", "1", *ATARI_EVAL], 640, 320),
-    "abs_ppo_mujoco.py": (["--env-id", "Hopper-v4", "--num-envs", "1", "--num-minibatches", "2", "--no-adapt",
-                           "--num-steps", "64", "--update-epochs", "1"], 640, 320),
-    "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "200",
-                    "--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--no-adapt", "--batch-size", "32",
-                    "--exploration-steps", "400", "--target-network-frequency", "10", "--scalar-every", "1",
-                    *ATARI_EVAL], 640, 320),
+COMMON = [*CPU, "--log-every-seconds", "0", "--checkpoint-every", "0", "--eval-episodes", "1"]
+MOVING = {  # script -> flags that make its schedules move over the whole run (on top of its tiny fixed run)
+    "abs_pqn_atari.py": ["--anneal-lr", "--exploration-fraction", "1.0"],
+    "gns_pqn_atari.py": ["--anneal-lr", "--exploration-fraction", "1.0"],
+    "abs_ppo_atari.py": [],  # the learning rate anneals by default
+    "abs_ppo_mujoco.py": [],
+    "abs_btr.py": ["--exploration-steps", "400", "--target-network-frequency", "10", "--scalar-every", "1"],
 }
+TOTAL, STOP = 640, 320  # a stop mid-way
 SCHEDULES = ("charts/epsilon", "charts/learning_rate", "charts/per_beta")
 
 
 def run(script, argv, out):
-    p = preloaded.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
+    p = preloaded.run([sys.executable, SCRIPTS[script].path, *argv], capture_output=True, text=True,
                       timeout=600, cwd=out, env=ENV)
     assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
     return p
@@ -47,10 +39,11 @@ def schedules(run_dir):
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in SCHEDULES if tag in acc.Tags()["scalars"]}
 
 
-@pytest.mark.parametrize("script", list(CASES))
+@pytest.mark.parametrize("script", list(SCRIPTS))
 def test_stopped_and_resumed_run_follows_the_schedules_of_an_unstopped_one(script, tmp_path):
-    flags, total, stop = CASES[script]
-    base = [*flags, *COMMON, "--total-timesteps", str(total), "--output-dir", str(tmp_path)]
+    total, stop = TOTAL, STOP
+    base = [*SCRIPTS[script].fixed, *MOVING[script], *COMMON, "--total-timesteps", str(total), "--output-dir",
+            str(tmp_path)]
     run(script, [*base, "--run-name", "straight"], tmp_path)
     p = run(script, [*base, "--run-name", "prefix", "--stop-at-step", str(stop)], tmp_path)
     assert f"(stop at {stop})" in p.stdout
@@ -79,9 +72,9 @@ def test_stopped_and_resumed_run_follows_the_schedules_of_an_unstopped_one(scrip
 def test_stop_at_step_checks(tmp_path):
     """Outside [1, --total-timesteps]: one line, exit 2, nothing created. On --resume, a stop at or below the
     checkpoint's step is refused (the run is there already); the checkpoint's own stop is not inherited."""
-    script, (flags, _, _) = "abs_pqn_atari.py", CASES["abs_pqn_atari.py"]
+    script, flags = GENERIC, [*SCRIPTS[GENERIC].fixed, *MOVING[GENERIC]]
     for bad in ("0", "-5", "1000"):
-        p = preloaded.run([sys.executable, os.path.join(ROOT, script), *flags, *COMMON, "--total-timesteps", "640",
+        p = preloaded.run([sys.executable, SCRIPTS[script].path, *flags, *COMMON, "--total-timesteps", "640",
                            "--stop-at-step", bad, "--output-dir", str(tmp_path / "runs")], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path, env=ENV)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--stop-at-step must be in [1, " in p.stderr
@@ -89,7 +82,7 @@ def test_stop_at_step_checks(tmp_path):
     run(script, [*flags, *COMMON, "--total-timesteps", "640", "--stop-at-step", "64", "--eval-episodes", "0",
                  "--output-dir", str(tmp_path), "--run-name", "r"], tmp_path)
     ckpt = str(tmp_path / "r" / "checkpoint.pt")
-    p = preloaded.run([sys.executable, os.path.join(ROOT, script), "--resume", ckpt, "--stop-at-step", "64"],
+    p = preloaded.run([sys.executable, SCRIPTS[script].path, "--resume", ckpt, "--stop-at-step", "64"],
                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
     assert p.returncode == 2 and "--stop-at-step (64) must be above the checkpoint's global_step" in p.stderr
     p = run(script, ["--resume", ckpt, "--stop-at-step", "160", "--eval-episodes", "0"], tmp_path)  # a later stop
