@@ -58,8 +58,13 @@ def scalars(run_dir):
 # ---------------------------------------------------------------- the KL
 def random_gaussians(n=64, d=6, seed=0):
     g = torch.Generator().manual_seed(seed)
-    mean = lambda: torch.randn(n, d, generator=g, dtype=torch.float64)
-    std = lambda: torch.rand(n, d, generator=g, dtype=torch.float64) * 2.0 + 0.1
+
+    def mean():
+        return torch.randn(n, d, generator=g, dtype=torch.float64)
+
+    def std():
+        return torch.rand(n, d, generator=g, dtype=torch.float64) * 2.0 + 0.1
+
     return mean(), std(), mean(), std()
 
 

@@ -218,7 +218,8 @@ def test_networks(network, linears):
     out = net(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
     assert out.shape == (3, 9)
     assert sum(isinstance(m, nn.Linear) for m in net.modules()) == linears
-    assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 4 + (linears - 2)  # 3 conv LNs + projection LN + 2 per block
+    # 3 conv LNs + projection LN + 2 per block
+    assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 4 + (linears - 2)
 
 
 class AuthorsMultiSkipQNetwork(nn.Module):
@@ -302,7 +303,8 @@ def test_epsilon_greedy():
 def test_defaults_are_valid_and_the_papers():
     args, checkpoint = pqn.parse_args([])
     assert checkpoint is None
-    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.adapt_freq, args.window) == (128, 16, 64, 50, 10)
+    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.adapt_freq, args.window) == (
+        128, 16, 64, 50, 10)
     assert (args.divergence_low, args.divergence_high, args.ref_batch_size, args.ema_beta) == (0.05, 0.95, 2048, 0.1)
     assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.end_e) == (2, 32, 4, 0.001)
 

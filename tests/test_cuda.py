@@ -171,7 +171,8 @@ def test_gns_end_to_end_on_device(device, tmp_path):
     estimates = [v for _, v in tags["adapt/gns"]]
     assert len(estimates) == len(Ls) and all(np.isnan(b) or b > 0 for b in estimates)
     if device.type == "cuda":
-        assert tags["perf/cuda_peak_bytes"][-1][1] >= tags["perf/storage_bytes"][0][1] + 3 * param_bytes(pqn.QNetwork(4))
+        storage = tags["perf/storage_bytes"][0][1]
+        assert tags["perf/cuda_peak_bytes"][-1][1] >= storage + 3 * param_bytes(pqn.QNetwork(4))
 
 
 BTR_TINY = [*SCRIPTS["abs_btr.py"].adaptive, "--model-size", "0.25", "--hidden-size", "32"]  # the IMPALA network
@@ -373,8 +374,9 @@ def test_pqn_bf16_compile_end_to_end_on_device(device, tmp_path):
     # (on the CPU every new batch shape under bf16 costs a slow kernel build; on the GPU L moves, and the compiled
     # network meets new shapes).
     fast = ["--bf16", "--compile"] if device.type == "cuda" else ["--bf16", "--no-adapt", "--num-steps", "8"]
-    p = script_run("abs_pqn_atari.py", [*PQN_TINY, "--total-timesteps", "600", "--eval-episodes", "1",
-                                        "--eval-max-episode-steps", "100", *fast, "--run-name", "fast"], tmp_path, device)
+    argv = [*PQN_TINY, "--total-timesteps", "600", "--eval-episodes", "1", "--eval-max-episode-steps", "100", *fast,
+            "--run-name", "fast"]
+    p = script_run("abs_pqn_atari.py", argv, tmp_path, device)
     res = json.loads((tmp_path / "fast" / "eval_results.json").read_text()) if p.returncode == 0 else {}
     check_run(p, tmp_path / "fast", device, "abs_pqn_atari", 600, 1)
     assert res["args"]["bf16"] is True and res["args"]["compile"] is (device.type == "cuda")

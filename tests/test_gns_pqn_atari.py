@@ -280,7 +280,8 @@ def test_contiguous_micro_batches_are_blocks_of_consecutive_steps():
     torch.manual_seed(0)
     net = gns.QNetwork(3)
     obs, actions, returns, valid = tiny_time_major_batch(L, E)
-    got = gns.micro_batch_gradients(net, obs, actions, returns, valid, m, gns.micro_batch_order(L * E, "contiguous", "cpu"))
+    order = gns.micro_batch_order(L * E, "contiguous", "cpu")
+    got = gns.micro_batch_gradients(net, obs, actions, returns, valid, m, order)
     steps = torch.arange(L * E) // E  # the time step of each row of the time-major batch
     blocks = [torch.nonzero(steps < 2).squeeze(1), torch.nonzero(steps >= 2).squeeze(1)]  # steps 0-1, steps 2-3
     tr_S, G2 = hand_gns(net, obs, actions, returns, valid, blocks)
@@ -354,7 +355,8 @@ def test_abs_only_flags_are_gone(flag, capsys):
 def test_defaults_are_valid_and_the_papers():
     args, checkpoint = gns.parse_args([])
     assert checkpoint is None
-    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.gns_freq, args.gns_micro_batches) == (128, 16, 64, 50, 8)
+    assert (args.num_envs, args.num_steps_min, args.num_steps_max, args.gns_freq, args.gns_micro_batches) == (
+        128, 16, 64, 50, 8)
     assert (args.update_epochs, args.epochs_ref_steps, args.num_minibatches, args.adapt) == (2, 32, 4, True)
     # The principled estimator is the default; the authors' protocol is opt-in.
     assert (args.gns_timing, args.gns_micro_batching, args.gns_start_steps, args.gns_fixed_epochs, args.anneal_lr) == (
@@ -412,7 +414,8 @@ def test_end_to_end_gns_moves_L_within_range(gns_run):
     assert all(1 <= L <= 8 for L in Ls) and len(set(Ls)) > 1  # L moved and stayed in range
     assert [v for _, v in tags["charts/learning_rate"]] == pytest.approx([2.5e-4] * len(tags["charts/SPS"]))  # constant
     prev_L, undefined = 1, 0  # the run starts at L_min
-    for b_simple, noise, signal, L, B, ep, undefined_now in zip(*(val[t] for t in ADAPT_TAGS if t != "adapt/gns_seconds")):
+    rows = zip(*(val[t] for t in ADAPT_TAGS if t != "adapt/gns_seconds"))
+    for b_simple, noise, signal, L, B, ep, undefined_now in rows:
         assert noise >= 0 and B == 8 * L and ep == gns.update_epochs_for(int(L), 2, 32)
         if signal > 0:
             assert b_simple == pytest.approx(noise / signal, rel=1e-3, abs=1e-6)
@@ -464,7 +467,8 @@ def test_end_to_end_authors_protocol(tmp_path):
 
 
 def test_end_to_end_bf16_compile(tmp_path):
-    p = run([*TINY, "--total-timesteps", "300", "--run-name", "fast", "--bf16", "--compile", "--eval-episodes", "0"], tmp_path)
+    p = run([*TINY, "--total-timesteps", "300", "--run-name", "fast", "--bf16", "--compile", "--eval-episodes", "0"],
+            tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     res = check_eval_json(tmp_path / "fast" / "eval_results.json", {"bf16": True, "compile": True}, 300, episodes=0)
     tags = scalars(tmp_path / "fast")
