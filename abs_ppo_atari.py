@@ -62,6 +62,8 @@ class Args:
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     stop_at_step: Optional[int] = None
     """stop training at this env step, a prefix of --total-timesteps (whose schedules it keeps); --resume goes on"""
+    extend_schedules: bool = False
+    """with --resume and another --total-timesteps: the schedules computed from it go on over the new total"""
     save_model: bool = False
     """write the final agent's weights to <run>/model.pt"""
     log_every_seconds: float = 5.0
@@ -153,9 +155,9 @@ class Args:
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
 # script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
-    "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes", "eval_greedy",
-    "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss",
+    "resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
+    "log_every_seconds", "cuda", "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity",
+    "eval_episodes", "eval_greedy", "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss",
 )
 CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
 

@@ -60,6 +60,8 @@ class Args:
     """write <run>/checkpoint.pt every this many env steps (0: only at the end and on SIGTERM/SIGINT)"""
     stop_at_step: Optional[int] = None
     """stop training at this env step, a prefix of --total-timesteps (whose schedules it keeps); --resume goes on"""
+    extend_schedules: bool = False
+    """with --resume and another --total-timesteps: the schedules computed from it go on over the new total"""
     save_model: bool = False
     """write the final Q-network weights to <run>/model.pt"""
     log_every_seconds: float = 5.0
@@ -150,9 +152,10 @@ NETWORKS = {"pqn": NetworkConfig(channels=(32, 64, 64), residual_blocks=0),
             "pqn-xl": NetworkConfig(channels=(64, 128, 128), residual_blocks=10)}
 # --resume takes every flag from the checkpoint but these run-control ones, when given.
 RUN_CONTROL_FLAGS = (
-    "resume", "total_timesteps", "stop_at_step", "checkpoint_every", "save_model", "log_every_seconds", "cuda",
-    "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes", "eval_epsilon",
-    "eval_protocol", "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss", "bf16", "compile",
+    "resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
+    "log_every_seconds", "cuda", "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity",
+    "eval_episodes", "eval_epsilon", "eval_protocol", "eval_num_envs", "eval_max_episode_steps",
+    "eval_fire_after_life_loss", "bf16", "compile",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}

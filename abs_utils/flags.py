@@ -88,6 +88,8 @@ def common_problems(args) -> Iterator[tuple[bool, str]]:
     stop = getattr(args, "stop_at_step", None)  # (a script without the flag runs to --total-timesteps)
     yield (stop is None or 1 <= stop <= args.total_timesteps, f"--stop-at-step must be in [1, --total-timesteps "
            f"({args.total_timesteps})] (or not given: run to the end), got {stop!r}")
+    yield (not getattr(args, "extend_schedules", False) or args.resume is not None,
+           "--extend-schedules goes with --resume and another --total-timesteps than the checkpoint's")
     for name in ("torch_threads", "env_threads"):  # 0: the library's default
         if hasattr(args, name):
             yield 0 <= getattr(args, name) <= MAX_THREADS, (f"{flag_of(name)} must be in [0, {MAX_THREADS}] "

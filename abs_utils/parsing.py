@@ -4,7 +4,8 @@
 is created:
 - a new run: its flags (`check_flags`), then its run directory (`new_run_directory`);
 - a resume: the checkpoint's flags (`resume_flags`), checked as a new run's are, then the rules that relate the
-  command line to the checkpoint (`resume_problems`: the step budget, the stop, a run that has finished).
+  command line to the checkpoint (`resume_problems`: the step budget, another total only with --extend-schedules,
+  the stop, a run that has finished).
 """
 import dataclasses
 import json
@@ -49,8 +50,9 @@ def resume_flags(cls, script: str, state: dict, run_control_flags, args, argv):
     own_stop = min(old.get("stop_at_step") or math.inf, old.get("total_timesteps") or math.inf)
     pending = step >= own_stop and (evaluated is None or evaluated < step)
     # Every flag but the stop comes from the checkpoint: a resumed prefix run (--stop-at-step) runs on to the end of
-    # its --total-timesteps unless a later stop is given again.
-    saved = {k: v for k, v in old.items() if k in vars(args) and (k != "stop_at_step" or pending)}
+    # its --total-timesteps unless a later stop is given again. --extend-schedules holds for one resume only.
+    saved = {k: v for k, v in old.items()
+             if k in vars(args) and (k != "stop_at_step" or pending) and k != "extend_schedules"}
     args = tyro_cli(cls, argv, default=dataclasses.replace(args, **saved))
     ignored = [f"{flag_of(k)} {getattr(args, k)} (checkpoint: {v})" for k, v in saved.items()
                if k not in run_control_flags and getattr(args, k) != v]
@@ -81,6 +83,14 @@ def resume_problems(args, resume: Resume) -> None:
     if args.total_timesteps < step:
         raise ValueError(f"--total-timesteps ({args.total_timesteps}) is below the checkpoint's global_step "
                          f"({step}): give at least that many to --resume")
+    total = resume.checkpoint["args"].get("total_timesteps")
+    if args.total_timesteps != total and not getattr(args, "extend_schedules", False):
+        # The learning rate's annealing, epsilon's decay, PER's beta are fractions of the total: another total moves
+        # them mid-run (an annealed learning rate near 0 jumps back up). A user asks for that, or is told.
+        raise ValueError(f"--total-timesteps ({args.total_timesteps}) is not the checkpoint's ({total}): the schedules "
+                         "computed from it (an annealed learning rate, epsilon's decay, ...) would change mid-run. To "
+                         "stop a run early and go on later, give --stop-at-step to its first command instead; to go on "
+                         "with every schedule over the new total, add --extend-schedules")
     stop = getattr(args, "stop_at_step", None)
     if (stop is not None and stop <= step
             and not (resume.pending and stop == resume.saved.get("stop_at_step"))):  # (its own stop: evaluated again)
@@ -91,8 +101,19 @@ def resume_problems(args, resume: Resume) -> None:
         # Resuming it would evaluate it again and overwrite its result, or with --eval-episodes 0 empty it.
         raise ValueError(f"--resume: {os.path.dirname(os.path.abspath(args.resume))} is a finished run "
                          f"(its checkpoint and eval_results.json are at global_step {step}): "
-                         "nothing to resume. To train on, give a larger --total-timesteps; to evaluate it again, "
-                         "move its eval_results.json aside first")
+                         "nothing to resume. To train on, give a larger --total-timesteps with --extend-schedules; to "
+                         "evaluate it again, move its eval_results.json aside first")
+
+
+def extension_note(args, resume: Resume) -> Optional[str]:
+    """With --extend-schedules and another total: what the schedules do from the checkpoint on."""
+    step, total = resume.checkpoint["global_step"], resume.checkpoint["args"].get("total_timesteps")
+    if args.total_timesteps == total or not isinstance(total, int) or total <= 0:
+        return None
+    return (f"warning: --extend-schedules: the schedules computed from --total-timesteps go on over "
+            f"{args.total_timesteps} steps instead of {total}: at global_step {step} the run moves from "
+            f"{step / total:.1%} to {step / args.total_timesteps:.1%} of them (a linearly annealed learning rate "
+            f"from {1 - step / total:.1%} to {1 - step / args.total_timesteps:.1%} of its start)")
 
 
 def new_run_directory(args) -> None:
@@ -131,4 +152,7 @@ def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=
         resume_problems(args, resume)
     except ValueError as e:
         refuse(str(e))
+    note = extension_note(args, resume)
+    if note:
+        print(note, file=sys.stderr)
     return args, resume.checkpoint

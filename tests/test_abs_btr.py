@@ -430,7 +430,8 @@ def test_abs_run_then_resume_with_buffer(tmp_path):
     assert beta[0] == pytest.approx(0.45) and beta == sorted(beta) and beta[-1] <= 1.0
 
     # Resume with the buffer in the checkpoint: learning continues at once.
-    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "880", *CONTROL], tmp_path)
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "880", "--extend-schedules", *CONTROL],
+            tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "replay buffer restored" in p.stdout
     tags = scalars(run_dir)
@@ -453,7 +454,8 @@ def test_no_adapt_impala_run_then_resume_without_buffer_refills(tmp_path):
     tags = scalars(run_dir)
     assert not [t for t in tags if t.startswith("adapt/")] and "losses/td_loss" in tags
 
-    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "1040", *CONTROL], tmp_path)
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "1040", "--extend-schedules", *CONTROL],
+            tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "refilling 400 transitions" in p.stdout
     after = [s for s, _ in scalars(run_dir)["losses/td_loss"] if s > 560]

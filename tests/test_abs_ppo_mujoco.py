@@ -582,8 +582,8 @@ def test_resume_continues_steps_and_normalisation(abs_run, tmp_path):
     first = torch.load(copy_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
     first_step, first_count = first["global_step"], first["normalization"]["obs_rms"]["count"]
     assert first_count > first_step  # every observation (plus the reset ones) went into the statistics
-    r = run_script(["--resume", str(copy_dir / "checkpoint.pt"), "--total-timesteps", "3000", "--eval-episodes", "1",
-                    "--no-cuda", "--log-every-seconds", "0"])
+    r = run_script(["--resume", str(copy_dir / "checkpoint.pt"), "--total-timesteps", "3000", "--extend-schedules",
+                    "--eval-episodes", "1", "--no-cuda", "--log-every-seconds", "0"])
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"resumed {copy_dir / 'checkpoint.pt'} at global_step {first_step}" in r.stdout
     assert f"from {first_count:.0f} observations" in r.stdout

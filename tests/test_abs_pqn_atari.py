@@ -477,8 +477,8 @@ def test_resume_continues_step_count_and_run_dir(tmp_path):
     ckpt = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
     first_step = ckpt["global_step"]
     assert first_step >= 1200 and ckpt["scheduler"]["num_measurements"] == ckpt["iteration"]
-    p = run(["--resume", str(tmp_path / "r" / "checkpoint.pt"), "--total-timesteps", "2400", "--eval-episodes", "2",
-             "--eval-max-episode-steps", "150", "--no-cuda"], tmp_path)
+    p = run(["--resume", str(tmp_path / "r" / "checkpoint.pt"), "--total-timesteps", "2400", "--extend-schedules",
+             "--eval-episodes", "2", "--eval-max-episode-steps", "150", "--no-cuda"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "resumed" in p.stdout and f"global_step {first_step}" in p.stdout
     res = check_eval_json(tmp_path / "r" / "eval_results.json", {"num_envs": 8, "window": 2}, 2400)

@@ -49,9 +49,11 @@ class Args:  # the fields the Run and parse_args read, as in every script, plus 
     num_steps_min: int = 16
     num_steps_max: int = 64
     tag: Optional[str] = None
+    extend_schedules: bool = False
 
 
-RUN_CONTROL = ("resume", "total_timesteps", "checkpoint_every", "log_every_seconds", "cuda", "track")
+RUN_CONTROL = ("resume", "total_timesteps", "checkpoint_every", "log_every_seconds", "cuda", "track",
+               "extend_schedules")
 
 
 def problems(a):
@@ -182,9 +184,10 @@ def test_resume_takes_every_flag_not_given_from_the_checkpoint(tmp_path, capsys)
     assert dataclasses.replace(args, resume=None) == saved  # booleans, Optional, Literal, numbers all kept
     assert capsys.readouterr().err == ""
     # Run-control flags given on the command line win, including --no-x booleans and Optional set to None.
-    args, _ = parse(["--resume", ckpt, "--total-timesteps", "900", "--no-cuda", "--log-every-seconds", "2"])
+    args, _ = parse(["--resume", ckpt, "--total-timesteps", "900", "--extend-schedules", "--no-cuda",
+                     "--log-every-seconds", "2"])
     assert (args.total_timesteps, args.cuda, args.log_every_seconds, args.adapt) == (900, False, 2.0, False)
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err.startswith("warning: --extend-schedules: ")
 
 
 def test_resume_ignores_algorithm_flags_with_a_warning(tmp_path, capsys):
@@ -438,7 +441,7 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
     torch.save(ck, run.checkpoint_path)
     run.writer.close()
     run.lock.close()  # the first process ended
-    args, checkpoint = parse(["--resume", run.checkpoint_path, "--total-timesteps", "2000"])
+    args, checkpoint = parse(["--resume", run.checkpoint_path, "--total-timesteps", "2000", "--extend-schedules"])
     resumed = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))
     resumed.begin(checkpoint["global_step"])
     assert resumed.dir == run.dir and resumed.train_seconds == 42.0 and resumed.perf == {"env": 1.5, "update": 0.0}
@@ -692,9 +695,10 @@ def test_a_finished_run_is_refused_and_one_stopped_in_its_evaluation_is_evaluate
         line = one_error_line(capsys)
         assert e.value.code == 2 and line == (
             f"error: --resume: {tmp_path / 'r'} is a finished run (its checkpoint and eval_results.json are at "
-            "global_step 640): nothing to resume. To train on, give a larger --total-timesteps; to evaluate it "
-            "again, move its eval_results.json aside first")
-    assert parse(["--resume", ckpt, "--total-timesteps", "1280"])[0].total_timesteps == 1280  # extended: trains on
+            "global_step 640): nothing to resume. To train on, give a larger --total-timesteps with "
+            "--extend-schedules; to evaluate it again, move its eval_results.json aside first")
+    extended = parse(["--resume", ckpt, "--total-timesteps", "1280", "--extend-schedules"])
+    assert extended[0].total_timesteps == 1280  # extended: trains on
     write_result(tmp_path / "r", 320)  # a result of an earlier step: this checkpoint's evaluation is still due
     assert parse(["--resume", ckpt])[1]["global_step"] == 640
 

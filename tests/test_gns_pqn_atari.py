@@ -498,8 +498,8 @@ def test_resume_continues_step_count_L_and_run_dir(gns_run, tmp_path):
     (run_dir / "eval_results.json").unlink()
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     first_step, first_L = ckpt["global_step"], ckpt["scheduler"]["L"]
-    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "560", "--eval-episodes", "0",
-             "--no-cuda"], tmp_path)
+    p = run(["--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "560", "--extend-schedules",
+             "--eval-episodes", "0", "--no-cuda"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "resumed" in p.stdout and f"global_step {first_step}" in p.stdout
     res = check_eval_json(run_dir / "eval_results.json", {"num_envs": 8, "gns_micro_batches": 2, "num_steps_max": 8},

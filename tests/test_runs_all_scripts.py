@@ -315,12 +315,14 @@ def test_resume_keeps_the_checkpoints_algorithm_flags_and_refuses_other_checkpoi
     ckpt = tmp_path / "r" / "checkpoint.pt"
     ckpt.parent.mkdir()
     torch.save(checkpoint_of(m, {"seed": 7, "learning_rate": 0.125, "total_timesteps": 1000}), ckpt)
-    args, checkpoint = m.parse_args(["--resume", str(ckpt), "--learning-rate", "0.5", "--total-timesteps", "2000"])
+    args, checkpoint = m.parse_args(["--resume", str(ckpt), "--learning-rate", "0.5", "--total-timesteps", "2000",
+                                     "--extend-schedules"])
     assert (args.seed, args.learning_rate, args.total_timesteps, args.run_name) == (7, 0.125, 2000, "r")
     assert checkpoint["global_step"] == 64
-    err = capsys.readouterr().err  # the algorithm flag given is named; the run-control one is not
-    assert err.strip() == ("warning: --resume keeps the checkpoint's algorithm flags; ignoring --learning-rate 0.5 "
-                           "(checkpoint: 0.125)")
+    err = capsys.readouterr().err.strip().splitlines()  # the algorithm flag given is named; the run-control one is not
+    assert err[0] == "warning: --resume keeps the checkpoint's algorithm flags; ignoring --learning-rate 0.5 " \
+                     "(checkpoint: 0.125)"
+    assert len(err) == 2 and err[1].startswith("warning: --extend-schedules: ")  # the new total, stated
 
     other = next(SCRIPTS[s].module().SCRIPT for s in SCRIPTS if s != script)
     bad = {f"of {other}": ({**checkpoint_of(m), "algo": other}, f"is a checkpoint of {other}.py, not of {script}"),
