@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import CHECKPOINT, ELSEWHERE, INTERRUPTED, Run, execute, now, shell_rc, tail
+from execution import ELSEWHERE, INTERRUPTED, execute, now, shell_rc, tail
+from experiments import CHECKPOINT, Run
 
 HERE = Path(__file__).resolve().parent
 
@@ -194,5 +195,3 @@ def submit(executor, runs: list[Run], grace_s: float, max_requeues: int = 20) ->
         run.job_file.write_text(f"{job.job_id}\n")
         run.requeue_file.unlink(missing_ok=True)  # a new job: its preemption requeues are counted afresh
     return jobs
-
-

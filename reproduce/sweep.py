@@ -7,42 +7,40 @@
     python reproduce/sweep.py report atari10-batches [--scale 0.001] [--out DIR] [--reference LABEL]
     python reproduce/sweep.py publish atari10-batches --out results/NAME [--scale 0.001] [--games ...]
 
-The experiments are data: reproduce/experiments.toml (and --config FILE for your own), read, checked and
-expanded into runs by experiments.py, which also gives each run its directory, log and command. The root is
-runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so that a mini run never stands in for a full
-one. A run is done when its eval_results.json has the run's total_timesteps; a run is skipped when done, resumed
-when it has a checkpoint.pt; `report` reports only the runs of the experiment's length.
-Locally (this file), runs go to a thread pool of --workers that each run one script as a subprocess, with
+The experiments are data: reproduce/experiments.toml (and --config FILE for your own), read and checked by
+experiment_file.py and expanded into runs by experiments.py, which also gives each run its directory, log and
+command; execution.py runs one. The root is runs/sweeps, or runs/sweeps-scale<S> for --scale S other than 1, so
+that a mini run never stands in for a full one. A run is done when its eval_results.json has the run's
+total_timesteps; a run is skipped when done, resumed when it has a checkpoint.pt; `report` reports only the runs
+of the experiment's length.
+Locally (local_pool.py), runs go to a thread pool of --workers that each run one script as a subprocess, with
 cores / workers threads each; with --slurm, submitit submits them as a job array that requeues itself at its
 time limit and after preemptions (slurm.py). The Slurm job id of every submitted run is kept beside its log
 (<game>__<seed>.slurm): `status` shows queued and running jobs (Slurm's sacct, through submitit), and `run`
 (local, --slurm or --dry-run) does not start a run whose job is queued or running.
 A run that another process is running (a second sweep of the grid, the script of a killed sweep: its locks are
-held, experiments.claim) is left to it, "running elsewhere", and its log is not touched. `run` ends with a line that
+held, execution.claim) is left to it, "running elsewhere", and its log is not touched. `run` ends with a line that
 counts each of its runs once, in the state `status` gives it; exit 0 when all are done, 1 when one failed or is not
 done, 75 when the runs it did not finish are running elsewhere, 128 + N after signal N, 2 for bad input
 (docs/running.md#faults).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import math
-import os
-import queue
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, beside it, however it is started
 from cli import Parser  # noqa: E402
-from experiments import (CHECKPOINT, ELSEWHERE, EXIT, GAME_RE, INTERRUPTED, REPO, RUN_LOCK, START,  # noqa: E402
-                         Run, SweepError, check_flags, check_seeds, default_root, execute, expand, live, load_config,
-                         lock_held, reference_and_comparisons, tail, with_threads)
+from execution import ELSEWHERE, INTERRUPTED, live, tail  # noqa: E402
+from experiment_file import (GAME_RE, SweepError, check_flags, check_seeds, load_config,  # noqa: E402
+                             reference_and_comparisons)
+from experiments import CHECKPOINT, EXIT, REPO, START, Run, Selection, default_root, expand, with_threads  # noqa: E402
+from local_pool import cores, run_local  # noqa: E402
 from runs import reference_pairs  # noqa: E402
 from slurm import ACTIVE, QUEUED, job_id, slurm_executor, slurm_states, submit  # noqa: E402
 
@@ -52,7 +50,7 @@ RUNNING_ELSEWHERE = 75  # `run`'s exit code when every run it did not finish is 
 
 def state(run: Run, slurm: dict | None = None) -> str:
     """done | running | interrupted | failed | missing | queued | other-length, from the result, the Slurm job
-    state (slurm: job id -> Slurm state), the locks of a live run (experiments.live), the checkpoint and the log."""
+    state (slurm: job id -> Slurm state), the locks of a live run (execution.live), the checkpoint and the log."""
     if run.done():
         return "done"
     steps = run.result_timesteps()
@@ -75,88 +73,6 @@ def state(run: Run, slurm: dict | None = None) -> str:
     if rc is None:  # started, never ended, and no process runs it: killed without a trace (SIGKILL, a node failure)
         return "interrupted"
     return "interrupted" if rc in INTERRUPTED else "failed"
-
-
-def cores() -> int:
-    """The CPU cores this process may use (its affinity mask: a Slurm allocation or taskset), else all."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-
-# ----------------------------------------------------------------------------- local pool
-def share_niceness(pid: int) -> None:
-    """Give the run `pid` the sweep's own niceness where `nice` alone does not reach it. A run starts in a session
-    of its own (so that a Ctrl-C reaches it once, through the sweep), and on Linux with autogroup scheduling a new
-    session is a new scheduling group, whose weight `nice` does not lower: `nice -n 19 sweep.py run ...` would
-    still take the cores at full weight from the user's shell. Its group's niceness is set to the sweep's
-    (/proc/<pid>/autogroup; nothing where there is no such file or the sweep runs at niceness 0 or below)."""
-    niceness = os.nice(0)
-    if niceness <= 0:
-        return
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(niceness))
-    except OSError:  # not Linux, autogroup off, or the run already ended
-        pass
-
-
-def run_local(runs: list[Run], workers: int, gpus: list[str] | None = None) -> int:
-    """Run on this machine with a pool of `workers` threads, each running one script at a time."""
-    free_gpus: queue.SimpleQueue = queue.SimpleQueue()
-    for g in gpus or []:
-        free_gpus.put(g)
-    procs, stopping = [], []
-
-    def on_signal(signum, frame):  # forward SIGINT / SIGTERM once to each script, start no new run
-        stopping.append(signum)
-        print(f"\nsignal {signum}: passing it to the running scripts (they checkpoint); starting no new run",
-              flush=True)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    def job(run):
-        if stopping:
-            return "not started"
-        gpu = free_gpus.get() if gpus else None
-        started = time.time()
-        try:
-            # own session: a Ctrl-C reaches the scripts once, through on_signal
-            return execute(run, gpu, {"start_new_session": True},
-                           lambda p, _: (procs.append(p), share_niceness(p.pid)))
-        finally:
-            seconds[run.dir] = time.time() - started  # the run's own time, not its wait in the queue
-            if gpus:
-                free_gpus.put(gpu)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    seconds, t0 = {}, time.time()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(job, run): run for run in runs}
-            for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-                run, rc = futures[fut], fut.result()
-                if rc == "not started":
-                    continue
-                times = f"after {seconds[run.dir]:.0f} s; {time.time() - t0:.0f} s since the sweep started"
-                if rc == ELSEWHERE or (not run.done() and rc not in INTERRUPTED and lock_held(run.dir / RUN_LOCK)):
-                    # (the second: its script found the run locked by a script that had not locked it yet when this
-                    # sweep claimed the run, one left behind by a sweep killed seconds after starting it)
-                    what = "another process holds its lock" if rc == ELSEWHERE else f"exit {rc}: its lock is held"
-                    print(f"[{i}/{len(runs)}] {ELSEWHERE} {run.label} {run.name} ({what}: left to that process; "
-                          f"{times})", flush=True)
-                    continue
-                ok = run.done()  # (rc is None when another sweep finished it meanwhile)
-                print(f"[{i}/{len(runs)}] {'ok    ' if ok else 'interrupted' if rc in INTERRUPTED else 'FAILED'} "
-                      f"{run.label} {run.name} ({'already done' if rc is None else f'exit {rc}'} {times})",
-                      flush=True)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return summary(runs, stopping[0] if stopping else None)
 
 
 def summary(runs: list[Run], signum: int | None = None) -> int:
@@ -197,18 +113,18 @@ def _runs(args, discover: bool = False) -> list[Run]:
     """The runs selected on the command line; with discover (status, report) also every run of the
     experiment's labels found on disk outside that grid, e.g. those of a `run --games Pong`."""
     game_lists, experiments = load_config(args.config)
-    select = dict(games=args.games, seeds=args.seeds, labels=args.labels)
+    select = Selection(games=args.games, seeds=args.seeds, labels=args.labels, scale=args.scale)
     if not discover:
-        return expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale,
-                      extra_args=getattr(args, "extra_flags", ()),
-                      checkpoint_every=getattr(args, "checkpoint_every", None))
-    runs = expand(args.experiment, experiments, game_lists, args.root, **select, scale=args.scale)
+        select = dataclasses.replace(select, extra_args=getattr(args, "extra_flags", ()),
+                                     checkpoint_every=getattr(args, "checkpoint_every", None))
+        return expand(args.experiment, experiments, game_lists, args.root, select)
+    runs = expand(args.experiment, experiments, game_lists, args.root, select)
     known = {(r.label, r.env_id, r.seed) for r in runs}
     for label, label_dir in sorted({(r.label, r.label_dir) for r in runs}):
         for game, seed in sorted(_on_disk(label_dir)):
             if (label, game, seed) not in known:
-                runs += expand(args.experiment, experiments, game_lists, args.root, games=[game], seeds=[seed],
-                               labels=[label], scale=args.scale)
+                runs += expand(args.experiment, experiments, game_lists, args.root,
+                               Selection(games=[game], seeds=[seed], labels=[label], scale=args.scale))
     return runs
 
 
@@ -234,7 +150,7 @@ def cmd_run(args) -> int:
     # default thread counts (all cores each) would oversubscribe the machine N times (docs/running.md).
     todo = with_threads(todo, args.cpus_per_job if args.slurm else max(1, cores() // workers))
     if args.dry_run:
-        elsewhere = [r for r in todo if live(r)]  # (a real run finds them as it goes: experiments.claim)
+        elsewhere = [r for r in todo if live(r)]  # (a real run finds them as it goes: execution.claim)
         if elsewhere:
             print(f"# skipping {len(elsewhere)} run(s) {ELSEWHERE} (a process holds their lock): "
                   + ", ".join(f"{r.label}/{r.name}" for r in elsewhere))
@@ -264,7 +180,7 @@ def cmd_run(args) -> int:
         print(f"follow with: python reproduce/sweep.py status {args.experiment}"
               + (f" --config {args.config}" if args.config else ""))
         return 0
-    return run_local(todo, workers, gpus)
+    return summary(todo, run_local(todo, workers, gpus))
 
 
 def cmd_status(args) -> int:

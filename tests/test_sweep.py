@@ -21,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))
 sys.path.insert(1, str(ROOT))
+import execution  # noqa: E402
+import experiment_file  # noqa: E402
 import experiments  # noqa: E402
 import slurm  # noqa: E402
 import sweep  # noqa: E402
@@ -35,8 +37,8 @@ def tiny(tmp_path):
 
 # ----------------------------------------------------------------------------- expansion
 def builtin(name, **kw):
-    games, exps = experiments.load_config()
-    return experiments.expand(name, exps, games, "/r", **kw)
+    games, exps = experiment_file.load_config()
+    return experiments.expand(name, exps, games, "/r", experiments.Selection(**kw))
 
 
 def test_atari10_batches_expansion():
@@ -69,9 +71,9 @@ def test_filters_scale_and_extra_args():
                                                                    ("Large", "Pong-v5__7", 20000)]
     assert runs[1].command()[13:] == ["500", "--no-adapt", "--num-steps", "64", "--num-envs", "4"]
     assert builtin("mujoco", scale=1e-12)[0].total_timesteps == 1  # floor: one step
-    with pytest.raises(experiments.SweepError, match="no label"):
+    with pytest.raises(experiment_file.SweepError, match="no label"):
         builtin("atari10-batches", labels=["Huge"])
-    with pytest.raises(experiments.SweepError, match="unknown experiment"):
+    with pytest.raises(experiment_file.SweepError, match="unknown experiment"):
         builtin("atari11")
 
 
@@ -125,7 +127,7 @@ def test_mujoco_and_btr_expansion():
 
 
 def test_mujoco_ess_expansion_matches_the_mujoco_grid():
-    games, exps = experiments.load_config()
+    games, exps = experiment_file.load_config()
     same = ("games", "seeds", "total_timesteps", "checkpoint_every", "env_suffix", "benchmark", "script")
     assert {k: exps["mujoco-ess"][k] for k in same} == {k: exps["mujoco"][k] for k in same}
     runs = builtin("mujoco-ess")
@@ -133,7 +135,7 @@ def test_mujoco_ess_expansion_matches_the_mujoco_grid():
     assert {r.env_id for r in runs} == {r.env_id for r in builtin("mujoco")}
     assert [r.flags for r in runs[:3]] == [("--no-adapt", "--num-steps", "2048"), ("--divergence", "kl"),
                                            ("--divergence", "ess")]
-    assert experiments.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
+    assert experiment_file.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
         "PPO+ABS-ESS", [("PPO+ABS", "PPO"), ("PPO+ABS-ESS", "PPO")])
 
 
@@ -142,7 +144,7 @@ def test_every_builtin_label_is_accepted_by_its_script(capsys):
     # without creating anything: a flag renamed in a script or a bad env id in the grid fails here.
     import importlib
 
-    games, exps = experiments.load_config()
+    games, exps = experiment_file.load_config()
     checked = set()
     for name in exps:
         for r in experiments.expand(name, exps, games, "/nonexistent-root"):
@@ -187,7 +189,7 @@ def test_local_sweep_idempotent_rerun_failure_resume(tiny):
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), "two workers never overlapped"
     assert (exp_dir / "A" / "logs" / "Pong-v5__1.log").exists()
     log = (exp_dir / "A" / "logs" / "Pong-v5__1.log").read_text()
-    assert f"[sweep] source: {experiments.source_version()}\n" in log  # the commit it ran from, after its command
+    assert f"[sweep] source: {execution.source_version()}\n" in log  # the commit it ran from, after its command
     # each finished run is listed with its own time and the time since the sweep started (which includes its wait)
     done = re.findall(r"^\[\d/4\] ok +\S+ Pong-v5__\d \(exit 0 after (\d+) s; (\d+) s since the sweep started\)$",
                       out.stdout, re.M)
@@ -255,7 +257,7 @@ def test_sigterm_to_local_sweep_checkpoints_and_rerun_resumes(tiny):
 
 def test_source_version_names_the_commit_and_uncommitted_changes(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # a tmp_path inside a checkout is not one
-    assert experiments.source_version(tmp_path) == "unknown (not a git checkout)"
+    assert execution.source_version(tmp_path) == "unknown (not a git checkout)"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     (tmp_path / "a.py").write_text("x = 1\n")
@@ -263,9 +265,9 @@ def test_source_version_names_the_commit_and_uncommitted_changes(tmp_path, monke
     subprocess.run([*git, "commit", "-qm", "a"], check=True)
     sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     (tmp_path / "new.txt").write_text("untracked files are not the source\n")
-    assert experiments.source_version(tmp_path) == f"commit {sha}" and len(sha) == 40
+    assert execution.source_version(tmp_path) == f"commit {sha}" and len(sha) == 40
     (tmp_path / "a.py").write_text("x = 2\n")
-    assert experiments.source_version(tmp_path) == f"commit {sha} with uncommitted changes to tracked files"
+    assert execution.source_version(tmp_path) == f"commit {sha} with uncommitted changes to tracked files"
 
 
 def test_state_from_log(tmp_path):
@@ -278,8 +280,8 @@ def test_state_from_log(tmp_path):
     for lock in (run.claim_file, run.dir / ".lock"):  # a sweep that owns the run, or its script
         with open(lock, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
-            assert sweep.state(run) == "running" and experiments.live(run)
-        assert sweep.state(run) == "interrupted" and not experiments.live(run)
+            assert sweep.state(run) == "running" and execution.live(run)
+        assert sweep.state(run) == "interrupted" and not execution.live(run)
     run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:01:00 exit 143\n")
     assert sweep.state(run) == "interrupted"
     run.log.write_text(run.log.read_text() + "[sweep] 2026-01-01T00:02:00 start on h: python x.py\n"
@@ -476,8 +478,8 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
 
 
 def test_builtin_references_and_comparisons():
-    games, exps = experiments.load_config()
-    refs = {name: experiments.reference_and_comparisons(name, exp) for name, exp in exps.items()}
+    games, exps = experiment_file.load_config()
+    refs = {name: experiment_file.reference_and_comparisons(name, exp) for name, exp in exps.items()}
     assert refs["mujoco"] == ("PPO+ABS", [("PPO+ABS", "PPO")])
     assert refs["btr-atari5"] == ("BTR+ABS", [("BTR+ABS", "BTR")])
     assert refs["atari10-batches"][1] == [("ABS", lb) for lb in ("Small", "Vanilla", "Large", "GNS")]
@@ -487,10 +489,10 @@ def test_builtin_references_and_comparisons():
     for a, b in pairs:
         net = a.split("_")[0]
         assert a.startswith(f"{net}_ABS16-") and b in (f"{net}_fixed32", f"{net}_fixed64")
-    with pytest.raises(experiments.SweepError, match="reference 'X' is not one of its labels"):
-        experiments.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
-    with pytest.raises(experiments.SweepError, match="comparisons must be a list"):
-        experiments.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
+    with pytest.raises(experiment_file.SweepError, match="reference 'X' is not one of its labels"):
+        experiment_file.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "reference": "X"})
+    with pytest.raises(experiment_file.SweepError, match="comparisons must be a list"):
+        experiment_file.reference_and_comparisons("e", {"labels": {"A": "", "B": ""}, "comparisons": [["A", "C"]]})
 
 
 def test_local_run_and_dry_run_leave_runs_with_a_queued_or_running_slurm_job_alone(tiny, monkeypatch, capsys):
@@ -612,8 +614,9 @@ def test_preemption_sigterm_without_usr2_requeues_and_resumes(tiny):
     the job requeues itself (through submitit's LocalExecutor here) instead of failing, and resumes."""
     submitit = pytest.importorskip("submitit")
     opts, exp_dir = tiny
-    games, exps = experiments.load_config(opts[1])
-    run = experiments.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    games, exps = experiment_file.load_config(opts[1])
+    run = experiments.expand("tiny", exps, games, opts[3], experiments.Selection(seeds=[1], labels=["A"],
+                                                                            extra_args=["--sleep", "120"]))[0]
     ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
     ex.update_parameters(timeout_min=5)
     job = slurm.submit(ex, [run], grace_s=20)[0]
@@ -709,8 +712,9 @@ def test_timeout_signal_checkpoints_requeues_and_resumes(tiny):
     stops the script with SIGTERM (it checkpoints), submitit requeues, the new job resumes."""
     submitit = pytest.importorskip("submitit")
     opts, exp_dir = tiny
-    games, exps = experiments.load_config(opts[1])
-    run = experiments.expand("tiny", exps, games, opts[3], seeds=[1], labels=["A"], extra_args=["--sleep", "120"])[0]
+    games, exps = experiment_file.load_config(opts[1])
+    run = experiments.expand("tiny", exps, games, opts[3], experiments.Selection(seeds=[1], labels=["A"],
+                                                                            extra_args=["--sleep", "120"]))[0]
     ex = submitit.LocalExecutor(folder=exp_dir / "submitit")
     ex.update_parameters(timeout_min=0.25, signal_delay_s=9)  # the signal comes after 6 s
     job = slurm.submit(ex, [run], grace_s=20)[0]
@@ -770,13 +774,13 @@ def test_a_niced_sweep_gives_its_runs_session_group_its_niceness():
     code = textwrap.dedent(f"""
         import os, subprocess, sys
         sys.path.insert(0, {str(ROOT / "reproduce")!r})
-        import sweep
+        import local_pool
         def group_nice(nice):
             os.nice(nice)
             p = subprocess.Popen(["sleep", "10"], start_new_session=True)
             read = lambda: open(f"/proc/{{p.pid}}/autogroup").read().split()[-1]
             before = read()
-            sweep.share_niceness(p.pid)
+            local_pool.share_niceness(p.pid)
             print(before, read())
             p.kill()
         group_nice(int(sys.argv[1]))

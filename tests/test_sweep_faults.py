@@ -17,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))
+import execution  # noqa: E402
+import experiment_file  # noqa: E402
 import experiments  # noqa: E402
 import sweep  # noqa: E402
 from sweep_standin import make_tiny, starts, sweep_cli  # noqa: E402
@@ -42,8 +44,8 @@ DOCS_ELSEWHERE = next(line.strip() for line in faults_section().splitlines() if 
 
 
 def builtin(name, **kw):
-    games, exps = experiments.load_config()
-    return experiments.expand(name, exps, games, "/r", **kw)
+    games, exps = experiment_file.load_config()
+    return experiments.expand(name, exps, games, "/r", experiments.Selection(**kw))
 
 
 def wait_for(condition, what: str, timeout: float = 60) -> None:
@@ -121,7 +123,7 @@ def test_extra_args_refused_on_the_command_line_and_in_an_experiment(tiny, tmp_p
                       '[experiments.bad.labels]\nA = "--lr 1"\nB = "--seed 7"\n')
     err = refused(["run", "bad", "--config", str(config), "--root", str(tmp_path / "r"), "--dry-run"], capsys)
     assert err.startswith(f"error: --config {config}: experiment bad, label B: --seed is set by the sweep"), err
-    with pytest.raises(experiments.SweepError, match="--extra-args: --resume is set by the sweep itself"):
+    with pytest.raises(experiment_file.SweepError, match="--extra-args: --resume is set by the sweep itself"):
         builtin("mujoco", extra_args=["--resume=/tmp/c.pt"])
 
 
@@ -195,7 +197,7 @@ def test_seeds_and_steps_of_an_experiment_file_are_checked(tmp_path):
                             ({"total_timesteps": 0}, "experiment e: total_timesteps 0 is not an integer >= 1"),
                             ({"checkpoint_every": -1}, "experiment e: checkpoint_every -1 is not an integer >= 0"),
                             ({"games": ["Pong-v5", "Pong-v5"]}, "experiment e: games: Pong-v5 is given twice")):
-        with pytest.raises(experiments.SweepError, match=re.escape(message)):
+        with pytest.raises(experiment_file.SweepError, match=re.escape(message)):
             experiments.expand("e", {"e": {**base, **change}}, games, tmp_path)
     assert [r.seed for r in experiments.expand("e", {"e": base}, games, tmp_path)] == [1]
 
@@ -316,12 +318,12 @@ def test_an_experiment_name_that_is_not_one_path_component_is_refused_before_any
         assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out
         assert out.stderr.startswith(f"error: --config {config}: experiment name {name!r} is not one path component")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["mine.toml", "noop.py"]
-    with pytest.raises(experiments.SweepError, match="experiment name .* is not one path component"):
+    with pytest.raises(experiment_file.SweepError, match="experiment name .* is not one path component"):
         experiments.expand(name, {name: builtin_experiment()}, {}, root)
 
 
 def builtin_experiment() -> dict:
-    return experiments.load_config()[1]["mujoco"]
+    return experiment_file.load_config()[1]["mujoco"]
 
 
 def test_a_config_that_cannot_be_read_decoded_or_parsed_is_one_line_naming_it(tmp_path, capsys):
@@ -351,10 +353,10 @@ def test_errors_of_the_builtin_experiments_file_name_it_as_such_not_a_flag(tmp_p
     """With no --config, a broken built-in file is the project's, not the user's: the line names that file."""
     broken = tmp_path / "experiments.toml"
     broken.write_bytes(text)
-    monkeypatch.setattr(experiments, "BUILTIN_CONFIG", broken)
+    monkeypatch.setattr(experiment_file, "BUILTIN_CONFIG", broken)
     err = refused(["status", "mujoco", "--root", str(tmp_path / "r")], capsys)
     assert err.startswith(f"error: the built-in experiments file {broken}: {message}") and "--config" not in err, err
-    monkeypatch.setattr(experiments, "BUILTIN_CONFIG", tmp_path / "gone.toml")
+    monkeypatch.setattr(experiment_file, "BUILTIN_CONFIG", tmp_path / "gone.toml")
     err = refused(["status", "mujoco", "--root", str(tmp_path / "r")], capsys)
     assert err == f"error: the built-in experiments file {tmp_path / 'gone.toml'}: cannot be read (No such file or " \
         "directory)\n"
@@ -429,13 +431,13 @@ def start_and_kill(opts, exp_dir, hold: Path, out: Path, scripts_too: bool):
     if scripts_too:
         for pid in scripts:
             os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not any(experiments.live(r) for r in runs_of(opts, [1, 2])), "the killed scripts' locks")
+        wait_for(lambda: not any(execution.live(r) for r in runs_of(opts, [1, 2])), "the killed scripts' locks")
     return cmd, logs, scripts
 
 
 def runs_of(opts, seeds):
-    games, exps = experiments.load_config(opts[1])
-    return experiments.expand("tiny", exps, games, opts[3], seeds=seeds, labels=["A"])
+    games, exps = experiment_file.load_config(opts[1])
+    return experiments.expand("tiny", exps, games, opts[3], experiments.Selection(seeds=seeds, labels=["A"]))
 
 
 def release(hold: Path, *seeds) -> None:
@@ -547,10 +549,10 @@ def test_a_slurm_job_whose_run_is_running_elsewhere_leaves_it_alone(tiny, capsys
 
     opts, exp_dir = tiny
     run = runs_of(opts, [1])[0]
-    claim = experiments.claim(run)  # as the sweep running it holds it
+    claim = execution.claim(run)  # as the sweep running it holds it
     try:
         assert slurm.RunJob(run)() == 0
-        assert experiments.claim(run) is None  # (this process's own claim excludes a second one too)
+        assert execution.claim(run) is None  # (this process's own claim excludes a second one too)
     finally:
         claim.close()
     assert "A Pong-v5__1: running elsewhere (another process holds its lock); this job leaves it to that " \
@@ -566,10 +568,10 @@ def test_the_faults_section_of_the_docs_says_what_the_sweep_does(tmp_path, monke
     codes = dict(re.findall(r"^\| (\d+(?: \+ N)?) \| (.+) \|$", section, re.M))
     assert list(codes) == ["0", "1", "2", str(sweep.RUNNING_ELSEWHERE), "128 + N"]
     assert codes["75"].startswith("no run failed, and each run it did not finish is running elsewhere")
-    assert section.count(f"at most {experiments.NAME_BYTES}\n  bytes") == 1
+    assert section.count(f"at most {experiment_file.NAME_BYTES}\n  bytes") == 1
     monkeypatch.chdir(tmp_path)
     for data in (b'[experiments."../esc"]\n', b'[experiments.e]\ndescription = "caf\xe9"\n'):
         (tmp_path / "mine.toml").write_bytes(data)
-        with pytest.raises(experiments.SweepError) as e:
-            experiments.load_config("mine.toml")
+        with pytest.raises(experiment_file.SweepError) as e:
+            experiment_file.load_config("mine.toml")
         assert f"error: {e.value}" in section, e.value
