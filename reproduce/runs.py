@@ -132,6 +132,8 @@ def _steps(obj: dict, key: str, where: str) -> int | None:
     if not is_int(x) or x < 0:
         raise Malformed(f"{where}{key} is {_kind(x)}, not a step count (an integer >= 0)")
     return x
+
+
 def parse_results(r) -> dict:
     """The fields of a parsed eval_results.json the report uses, checked: Malformed names the first that is missing
     or of the wrong type. Falls back to "args" for env_id, seed and total_timesteps as the scripts write them."""
@@ -233,7 +235,6 @@ def find_runs(label: str, root: Path, wanted=None) -> tuple[list[Run], list[str]
     return runs, skipped
 
 
-
 def add_run(runs: dict, key, run: Run, name: str, notes: list) -> None:
     """runs[key] = run; when runs[key] holds another copy of the same run (two directories with one label, game
     and seed), the newer eval_results.json is kept and the choice is noted, naming the run `name seed S`."""
@@ -258,6 +259,7 @@ def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mi
     read here (events.load_events)."""
     data, notes, found, unchosen = {}, [], set(), 0
     allowed = benchmark_games(benchmark, table) if benchmark else None
+
     def wanted(d: Path) -> bool:  # a directory named <env id>__<seed>, as the scripts name runs, of another choice
         env_id, _, seed = d.name.rpartition("__")
         return not (env_id and seed.isdigit()) or ((games is None or game_of(env_id) in games)

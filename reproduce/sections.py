@@ -47,8 +47,6 @@ class EarlyLate(NamedTuple):
     burn_labels: dict  # label -> measures.BurnSummary
 
 
-
-
 # ----------------------------------------------------------------------------- sections
 def data_section(f: Frame, notes, roots, capped=((), ()), constant=()) -> list[str]:
     data, games = f.data, f.games
@@ -388,5 +386,3 @@ def machine_time_section(times: dict) -> list[str]:
             "start of a script opens one: stopped, then resumed or started again).", "",
             md_table(["label", "runs", "training hours, all runs", "hours per run", "steps per second per run",
                       "started more than once"], rows), "", *untimed, *([""] if untimed else [])]
-
-
