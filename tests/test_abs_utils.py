@@ -170,7 +170,8 @@ def test_default_run_name_and_an_existing_run_directory_is_refused(tmp_path, cap
 # ------------------------------------------------------------------ resume
 def write_checkpoint(path, args, **extra):
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"global_step": 0, "iteration": 0, "train_seconds": 0.0, "perf": {}, "rng": U.rng_state(torch.device("cpu"))}
+    state = {"global_step": 0, "iteration": 0, "train_seconds": 0.0, "perf": {},
+             "rng": U.rng_state(torch.device("cpu"))}
     torch.save({"args": dataclasses.asdict(args), "run_name": args.run_name, "algo": SCRIPT, **state, **extra}, path)
     return str(path)
 
@@ -315,8 +316,10 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
     assert tags["charts/SPS"] == [(7, 100.0)] and tags["adapt/divergence"] == [(8, 0.25)]
     assert [s for s, _ in tags["charts/SPS_interval"]] == [7]  # with the perf scalars only
     assert [s for s, _ in tags["perf/env_seconds"]] == [7] and tags["perf/update_seconds"] == [(7, 0.0)]
-    assert tags["charts/episodic_return"] == [(8, 1.0), (8, 2.0)] and tags["charts/episodic_length"] == [(8, 10), (8, 20)]
-    assert tags["eval/mean_return"] == [(1000, 2.0)] and not any(t.startswith("perf/cuda") for t in tags)
+    assert tags["charts/episodic_return"] == [(8, 1.0), (8, 2.0)]
+    assert tags["charts/episodic_length"] == [(8, 10), (8, 20)]
+    assert tags["eval/mean_return"] == [(1000, 2.0)]
+    assert not any(t.startswith("perf/cuda") for t in tags)
     res = json.loads((tmp_path / "r" / "eval_results.json").read_text())
     assert set(res) == {"algo", "env_id", "seed", "run_name", "global_step", "total_timesteps", "complete",
                         "train_seconds", "eval", "args"}
@@ -463,6 +466,7 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
 def test_a_stop_signal_checkpoints_and_exits_128_plus_n(tmp_path, capsys):
     run = new_run(tmp_path, ["--checkpoint-every", "0"])
     run.begin(0)
+
     def slow_state():  # two more signals arrive while the checkpoint is being written
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -644,7 +648,7 @@ def test_quota_plays_equal_shares_and_first_finished_the_first_games_to_end():
         U.play_atari_games(GamesOfFixedLength([2]), act, 1, None, "first")
 
 
-# ------------------------------------------------------------------ outside the loop, finished runs, checkpoint contents
+# ----------------------------------------------------------------- outside the loop, finished runs, checkpoint contents
 @pytest.fixture
 def restore_signal_handlers():
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -227,6 +227,7 @@ def test_held_keeps_a_controller_value_until_the_next_measurement():
     np.testing.assert_array_equal(stats.held(np.array([nan, nan]), 1), [nan, nan])
     # curve_rows holds each run to its end, or to its last measurement where that is later (b: 800 > 500 steps);
     # a run with an empty array of the tag is left out
+
     def run(total, steps, values):
         return runs.Run("A", Path("x"), "Hopper-v4", "Hopper", 1, 0.0, total, total,
                         scalars={"adapt/num_steps": (np.array(steps, float), np.array(values, float))})

@@ -83,7 +83,8 @@ def test_sigterm_stops_the_run_in_progress_and_removes_the_temporary_copies(comm
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     p = subprocess.Popen([sys.executable, str(TOOL), c["base"], c["comment"], "--cases", "vanilla", "--steps", "100000",
-                          "--repo", str(repo)], stdout=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
+                          "--repo", str(repo)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
     assert p.stdout.readline().startswith("training vanilla at ")
     log = next(tmp.glob("train_alike_*/1-*/runs")) / "vanilla.log"
     deadline = time.time() + 120
