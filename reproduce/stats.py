@@ -4,11 +4,11 @@
 - across games: the rliable aggregates (IQM, median, mean, optimality gap) and their stratified bootstrap;
 - across the few runs of one game: the Student-t interval of a mean, Welch's interval of a difference of means
   (scipy's `ttest_1samp` and `ttest_ind(equal_var=False)`), the exact two-sided permutation p, Hedges' g; across
-  tests, Holm's adjusted p-values;
+  tests, Holm's adjusted p-values and the Bonferroni bound;
 - a per-seed metric across labels (compare): each game and label's seeds summarised, the best label per game,
   pairwise wins, and each compared pair's differences;
 - along one run's training curve: the early mean, the late variance, the area per step, the burn-in share; curves
-  binned over runs, the figures' bands.
+  binned over runs, the figures' bands (min-max, or the Student-t interval of the mean).
 """
 from __future__ import annotations
 
@@ -202,6 +202,11 @@ def holm(pvalues) -> list[float]:
     return [float(x) for x in adjusted]
 
 
+def bonferroni(p: float, m: int) -> float:
+    """The Bonferroni bound min(1, m p) on one of m tests' adjusted p: never below its Holm-adjusted p (holm)."""
+    return min(1.0, m * p)
+
+
 def hedges_g(a, b) -> float:
     """Hedges' g: (mean(a) - mean(b)) / s_pooled, s_pooled^2 = ((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2)
     (s^2: the sample variance, ddof 1), times the small-sample correction 1 - 3 / (4 (n_a + n_b) - 9) (Hedges 1981's
@@ -389,17 +394,18 @@ def held(curve: np.ndarray, last: int) -> np.ndarray:
     return out
 
 
-def curves_band(curves: list, end: float, bins: int, hold: bool) -> tuple[np.ndarray, ...]:
+def curves_band(curves: list, end: float, bins: int, hold: bool, spread=None) -> tuple[np.ndarray, ...]:
     """(bin centre, mean, min, max, n) over the bins of [0, end] that hold a value of any curve, of curves given as
     (steps, values, last step): each curve binned (binned); with hold, a quantity that holds between its
     measurements, each curve keeps its latest value in the bins it did not measure in, up to the bin of its last step
-    (held), so that every bin averages every curve that has started."""
+    (held), so that every bin averages every curve that has started. spread: the band across the binned curves,
+    band (min and max, the default) or t_band (the Student-t 95% interval of the mean)."""
     edges = np.linspace(0, end, bins + 1)
     binned_curves = [binned(steps, values, edges) for steps, values, _ in curves]
     if hold:
         last = [int(np.clip(np.digitize(step, edges[1:-1]), 0, bins - 1)) for _, _, step in curves]
         binned_curves = [held(c, k) for c, k in zip(binned_curves, last)]
-    mean, lo, hi, n = band(binned_curves)
+    mean, lo, hi, n = (spread or band)(binned_curves)
     keep = n > 0
     return (0.5 * (edges[1:] + edges[:-1]))[keep], mean[keep], lo[keep], hi[keep], n[keep]
 
@@ -411,3 +417,11 @@ def band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins
         return np.nanmean(a, 0), np.nanmin(a, 0), np.nanmax(a, 0), n
+
+
+def t_band(curves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Across-run mean, Student-t 95% interval of the mean (t_interval: NaN where one run has a value) and count
+    per bin of binned curves."""
+    a = np.vstack(curves)
+    cells = [t_interval(col[~np.isnan(col)]) for col in a.T]
+    return (*(np.array([c[k] for c in cells]) for k in range(3)), np.sum(~np.isnan(a), axis=0))
