@@ -1,6 +1,7 @@
 """What the report's figures draw, computed before anything is drawn: the runs' curves binned across runs per label,
 tag and panel (stats.curves_band), where an ABS label's burn-in ends, the range its batch sizes may move in, and the
-improvement rates per game. figures.py draws these and writes each figure's CSV from them.
+improvement rates per game; for a pre-registered analysis, each seed's evaluation return and the learning curves
+with a Student-t band. figures.py draws these and writes each figure's CSV from them.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from measures import divergence_tag, is_abs_run, runs_of, size_tag
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import curves_band
+from stats import Compared, curves_band, t_band
 
 CONTROLLER_TAGS = (*DIVERGENCE_TAGS, *SIZE_TAGS)  # the batch-size controller's tags (adapt/*)
 ADAPT_BY_GAME_MAX = 6  # games: past this a panel per game is unreadable (Atari: 57), adapt.png alone is drawn
@@ -43,18 +44,28 @@ class FigureData(NamedTuple):
     sizes: list | None  # the same of the ABS runs' batch size
     bars: tuple | None  # the improvement rates: (the games, then "mean" and "median"; {(a, b): rates in %})
     left: list  # the runs left out for damaged or incomplete event files
+    strips: list | None = None  # a Strip per game: each seed's evaluation return (pre-registered analysis only)
+    learning_ci: list | None = None  # a Panel per game: the learning curves, mean and Student-t 95% band
 
 
-def curve_band(runs: list[Run], tag: str, bins: int):
-    """The runs' binned band of one tag (stats.curves_band: step, mean, min, max, n), or None when no run logged it.
-    A controller tag (the divergence, L or the batch size: measured every K iterations, holding in between) keeps
-    each run's latest value up to the bin where the run ended, or of its last measurement if that is later."""
+class Strip(NamedTuple):
+    """One game's evaluation returns: per label (in the report's order, its colour its place), each seed's value, and
+    their mean with its Student-t 95% interval (stats.Seeds)."""
+    game: str
+    arms: list  # (label, colour, stats.Seeds)
+
+
+def curve_band(runs: list[Run], tag: str, bins: int, spread=None):
+    """The runs' binned band of one tag (stats.curves_band: step, mean, min, max, n; with spread=stats.t_band the
+    Student-t 95% interval of the mean instead of the min and max), or None when no run logged it. A controller tag
+    (the divergence, L or the batch size: measured every K iterations, holding in between) keeps each run's latest
+    value up to the bin where the run ended, or of its last measurement if that is later."""
     runs = [r for r in runs if tag in r.scalars and len(r.scalars[tag][0])]
     if not runs:
         return None
     ends = [max(r.total_steps, r.scalars[tag][0].max()) for r in runs]
     return curves_band([(*r.scalars[tag], end) for r, end in zip(runs, ends)], max(ends), bins,
-                       tag in CONTROLLER_TAGS)
+                       tag in CONTROLLER_TAGS, spread)
 
 
 def bands(label: str, color: int, runs: list[Run], tag_of, bins: int, key: tuple) -> list[Band]:
@@ -101,14 +112,21 @@ def size_range(runs: list[Run]) -> tuple:
     return (min(lows), max(highs)) if lows and highs else (None, None)
 
 
-def figure_data(data, games, rates: dict, bins: int, burn=None) -> FigureData:
+def learning_panels(data, games, bins: int, spread=None) -> list[Panel]:
+    """A Panel per game that some label ran: each label's training return binned across its runs (curve_band)."""
+    return [Panel(g, [Band(lb, i, RETURN_TAG, (g,), c) for i, (lb, d) in enumerate(data.items())
+                      if (c := curve_band(list(d.get(g, {}).values()), RETURN_TAG, bins, spread)) is not None])
+            for g in games if any(g in d for d in data.values())]
+
+
+def figure_data(data, games, rates: dict, bins: int, burn=None, evaluation: Compared | None = None) -> FigureData:
     """Every figure's data: the learning curves per game; the controller's tags over games and seeds; the ABS
     runs' divergence and batch size per game, for at most ADAPT_BY_GAME_MAX games; else, and wherever a fixed-batch
     run tracked the divergence it does not use (--track-divergence), a panel per game and one over games of each (the
-    paper's Figure 1); the improvement rates (measures.improvement_rates) per game, their mean and median."""
-    learning = [Panel(g, [Band(lb, i, RETURN_TAG, (g,), c) for i, (lb, d) in enumerate(data.items())
-                          if (c := curve_band(list(d.get(g, {}).values()), RETURN_TAG, bins)) is not None])
-                for g in games if any(g in d for d in data.values())]
+    paper's Figure 1); the improvement rates (measures.improvement_rates) per game, their mean and median. With
+    evaluation (the evaluation return compared, for a pre-registered analysis): each seed's evaluation return per
+    game, and the learning curves with a Student-t 95% band over the seeds per step bin."""
+    learning = learning_panels(data, games, bins)
     every = {lb: [r for g in d.values() for r in g.values()] for lb, d in data.items()}
     adapt = [Panel(t, [b for i, lb in enumerate(data) for b in bands(lb, i, every[lb], lambda r, t=t: t, bins, ())])
              for t in CONTROLLER_TAGS if any(t in r.scalars for rs in every.values() for r in rs)] or None
@@ -129,5 +147,9 @@ def figure_data(data, games, rates: dict, bins: int, burn=None) -> FigureData:
         names = sorted({g for r in rates.values() for g in r["paper"]})
         bars = ([*names, "mean", "median"], {pair: [100 * r["paper"].get(g, np.nan) for g in names]
                                              + [100 * x for x in r["paper summary"][:2]] for pair, r in rates.items()})
+    strips = [Strip(g, [(lb, i, evaluation.seeds[(g, lb)]) for i, lb in enumerate(data)
+                        if (g, lb) in evaluation.seeds]) for g in games
+              if any((g, lb) in evaluation.seeds for lb in data)] if evaluation is not None else None
     return FigureData(learning, adapt, no_adapt, by_game, divergence, sizes, bars,
-                      [r for r in runs_of(data, games) if r.event_problems])
+                      [r for r in runs_of(data, games) if r.event_problems], strips,
+                      learning_panels(data, games, bins, t_band) if evaluation is not None else None)

@@ -1,6 +1,6 @@
 """The report's figures: each a PNG with a CSV of the plotted data beside it (save), and the section that lists
 them. What they draw is figure_data.py's, computed before: here the curves binned across runs are drawn as a mean
-line with a min-max band, and written to the CSVs."""
+line with a min-max band (or a Student-t band), each seed's evaluation return as a dot, and written to the CSVs."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figure_data import FigureData, Panel  # noqa: E402
+from figure_data import FigureData, Panel, Strip  # noqa: E402
 from measures import AGGREGATES  # noqa: E402
 from runs import RETURN_TAG  # noqa: E402
 
@@ -22,6 +22,7 @@ UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed
          "adapt/num_steps": "rollout length L (steps per env)",
          "adapt/batch_size": "batch size (transitions per update)"}
 BAND_COLUMNS = ["step", "mean", "min", "max", "n_runs"]
+T_BAND_COLUMNS = ["step", "mean", "ci_low", "ci_high", "n_runs"]  # a Student-t band (stats.t_band)
 
 
 def write_csv(path: Path, header, rows):
@@ -90,6 +91,34 @@ def learning_curves_figure(panels: list[Panel], out):
     rows = [row for ax, panel in zip(axes, panels)
             for row in draw_panel(ax, panel, "training episodic return", RETURN_TAG)]
     return save(fig, out, "learning_curves", ["game", "label", *BAND_COLUMNS], rows)
+
+
+def learning_ci_figure(panels: list[Panel], out):
+    """The learning curves per game with a Student-t 95% band over the seeds (stats.t_band) in each step bin: none
+    where one run has a value."""
+    fig, axes = grid(len(panels), "Learning curves: mean over seeds, shaded Student-t 95% CI of the mean")
+    rows = [row for ax, panel in zip(axes, panels)
+            for row in draw_panel(ax, panel, "training episodic return", RETURN_TAG)]
+    return save(fig, out, "learning_curves_ci", ["game", "label", *T_BAND_COLUMNS], rows)
+
+
+def evaluation_figure(strips: list[Strip], out):
+    """Per game, each seed's evaluation return as a dot (spread sideways by seed so that equal values stay apart),
+    each label in its column and colour, with its mean (a bar) and Student-t 95% interval."""
+    fig, axes = grid(len(strips), "Evaluation return per seed; bar: mean, whiskers: Student-t 95% CI")
+    rows = []
+    for ax, strip in zip(axes, strips):
+        for x, (label, color, s) in enumerate(strip.arms):
+            seeds, values = list(s.values), list(s.values.values())
+            offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+            ax.scatter(x + np.asarray(offsets) - 0.1, values, color=f"C{color}", s=16, alpha=0.8)
+            ax.errorbar(x + 0.2, s.mean, yerr=[[max(s.mean - s.lo, 0)], [max(s.hi - s.mean, 0)]]
+                        if np.isfinite(s.lo) else None, fmt="_", color=f"C{color}", markersize=14, capsize=4)
+            rows += [[strip.game, label, seed, v, s.mean, s.lo, s.hi, len(values)] for seed, v in zip(seeds, values)]
+        ax.set_xticks(range(len(strip.arms)), [label for label, _, _ in strip.arms])
+        ax.set(title=strip.game, ylabel="evaluation return")
+    return save(fig, out, "evaluation_by_seed", ["game", "label", "seed", "evaluation_return", "mean", "ci_low",
+                                                 "ci_high", "n_runs"], rows)
 
 
 def adapt_figure(panels: list[Panel], out):
@@ -161,6 +190,12 @@ def aggregate_figure(agg, out):
 def figures_section(fd: FigureData, agg: dict, out: Path) -> list[str]:
     """Draw every figure of figure_data's into out, and return the report's section that lists them."""
     figures = [learning_curves_figure(fd.learning, out)]
+    if fd.learning_ci:
+        figures.append(learning_ci_figure(fd.learning_ci, out) + ": the same curves with a Student-t 95% band over "
+                       "the seeds in each step bin (the pre-registered analysis's figure, for reading)")
+    if fd.strips:
+        figures.append(evaluation_figure(fd.strips, out) + ": each seed's evaluation return per task and label, "
+                       "with their mean and Student-t 95% CI (the pre-registered analysis's figure, for reading)")
     adapt = adapt_figure(fd.adapt, out) if fd.adapt else None
     figures.append(adapt or "no adapt/* tags in any run: no adapt figure")
     if adapt and fd.no_adapt:

@@ -1,7 +1,7 @@
 """What the report measures, per run and seed, from the runs collected by runs.py and events.py: a run's
 normalised score, final training return, early return, late variance, curve area, burn-in and the divergence's
-trend; per label, the aggregates across games; per compared pair, the improvement rates. The statistics themselves
-are stats.py's.
+trend; per label, the aggregates across games; per compared pair, the improvement rates; and a pre-registered
+analysis (MUJOCO_5M) from those measures. The statistics themselves are stats.py's.
 
 Every per-seed measure has the form (game, label) -> {seed: value}, over the runs whose value is finite
 (per_seed); the report's metric sections take that form.
@@ -13,9 +13,9 @@ from typing import NamedTuple
 import numpy as np
 
 from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (EARLY, aggregate, bootstrap_ci, burn_in_share, curve_area, early_mean, finite, first_move,
-                   human_normalized_score, improvement_rate, late_variance, rank_correlation, robust_improvement,
-                   tenth_means)
+from stats import (EARLY, Compared, Difference, aggregate, bonferroni, bootstrap_ci, burn_in_share, curve_area,
+                   early_mean, finite, first_move, hedges_g, holm, human_normalized_score, improvement_rate,
+                   late_variance, rank_correlation, robust_improvement, tenth_means)
 
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")  # the names of stats.aggregate's values, in its order
 
@@ -342,3 +342,88 @@ def aggregate_values(per_label: dict, reps, seed):
         if label in tasks:
             rows[label]["games_lo"], rows[label]["games_hi"] = tasks[label]
     return rows, notes
+
+
+# ----------------------------------------------------------------------------- a pre-registered analysis
+class Preregistration(NamedTuple):
+    """An analysis fixed before its runs ran: the runs it is for (a benchmark, a run length), the pair it tests, the
+    tasks its adjustment is over, the seeds each arm of a task needs, and alpha."""
+    benchmark: str
+    total_timesteps: int
+    pair: tuple  # (A, B): the difference tested is A - B
+    tasks: tuple  # the family of Holm's adjustment: games, as the report names them
+    seeds: tuple  # a task is tested when each arm has exactly these seeds
+    alpha: float
+    source: str  # where it is written
+
+
+# docs/results-mujoco-5m.md, "The analysis, fixed before seeds 4-10 ran": PPO + ABS against PPO, 5M steps, seeds
+# 1-10 of each on Walker2d, Hopper and HalfCheetah (in the order they ran), Holm's adjustment at alpha = 0.05.
+MUJOCO_5M = Preregistration("mujoco", 5_000_000, ("PPO+ABS", "PPO"), ("Walker2d", "Hopper", "HalfCheetah"),
+                            tuple(range(1, 11)), 0.05,
+                            "docs/results-mujoco-5m.md, \"The analysis, fixed before seeds 4-10 ran\"")
+# Its secondary outcomes, in the page's order: the training return (the last games' mean), the whole-run return,
+# the early return, the late variance.
+SECONDARY = ("training return", "whole-run return", "early return", "late variance")
+
+
+def is_preregistered(plan: Preregistration, benchmark, data, games, pairs) -> bool:
+    """Whether a report's runs are those `plan` is for: its benchmark, its pair among the compared ones, and every
+    run complete at the plan's length."""
+    runs = runs_of(data, games)
+    return (benchmark == plan.benchmark and tuple(plan.pair) in {tuple(p) for p in pairs} and bool(runs)
+            and all(r.complete and r.total_timesteps == plan.total_timesteps for r in runs))
+
+
+class TaskTest(NamedTuple):
+    """One task of a pre-registered analysis (preregistered)."""
+    task: str
+    seeds: tuple  # (A's seeds, B's seeds) with an evaluation return, in order
+    complete: bool  # each arm has exactly the plan's seeds: the task is tested
+    primary: Difference | None  # the evaluation return's A - B (the report's own, stats.compare), when complete
+    adjusted: float  # its p adjusted over the tasks (Preregistered.holm says how); NaN when not tested
+    percent: float  # the difference in % of |B's mean|
+    g: float  # Hedges' g
+    decision: str  # "raises" or "lowers" (adjusted p < alpha), "unresolved", or "incomplete" (not tested)
+    secondary: dict  # SECONDARY name -> the outcome's A - B (None without values on both sides), when complete
+
+
+class Preregistered(NamedTuple):
+    """A pre-registered analysis of one report's measures (preregistered)."""
+    plan: Preregistration
+    tasks: list  # a TaskTest per task of the plan, in its order
+    holm: bool  # every task complete: the adjusted p are Holm's; else the Bonferroni bound min(1, m p)
+    others: list  # the report's games outside the plan's tasks (not analysed)
+    last_games: int  # the training return's games (--last-games)
+
+
+def preregistered(plan: Preregistration, evaluation: Compared, secondary: dict, games, last_games: int):
+    """The plan's analysis from the report's measures: evaluation, the evaluation return compared (stats.compare),
+    and secondary, SECONDARY name -> that outcome compared. Per task: A - B with Welch's interval and the exact
+    permutation p (the report's own Difference), the p adjusted over the plan's tasks (Holm's when every task is
+    complete, else the Bonferroni bound min(1, m p), m the plan's task count, which is never below Holm's), the
+    difference in % of |B's mean|, Hedges' g and the decision; a task without exactly the plan's seeds in both arms is
+    incomplete and not tested."""
+    a, b = plan.pair
+
+    def difference_of(c: Compared, task: str) -> Difference | None:
+        return next((d for d in c.differences if (d.game, d.a, d.b) == (task, a, b)), None)
+    tasks = []
+    for task in plan.tasks:
+        cells = [evaluation.seeds.get((task, lb)) for lb in plan.pair]
+        seeds = tuple(tuple(c.values) if c else () for c in cells)
+        complete = all(s == tuple(plan.seeds) for s in seeds)
+        primary = difference_of(evaluation, task) if complete else None
+        tasks.append(TaskTest(
+            task, seeds, complete, primary, float("nan"),
+            100 * primary.diff / abs(cells[1].mean) if complete and cells[1].mean != 0 else float("nan"),
+            hedges_g(list(cells[0].values.values()), list(cells[1].values.values())) if complete else float("nan"),
+            "incomplete", {name: difference_of(c, task) for name, c in secondary.items()} if complete else {}))
+    tested = [t for t in tasks if t.complete]
+    every = len(tested) == len(plan.tasks)
+    adjusted = holm([t.primary.p for t in tested]) if every else [bonferroni(t.primary.p, len(plan.tasks))
+                                                                   for t in tested]
+    by_task = {t.task: p for t, p in zip(tested, adjusted)}
+    tasks = [t._replace(adjusted=by_task[t.task], decision="unresolved" if by_task[t.task] >= plan.alpha else
+                        "raises" if t.primary.diff > 0 else "lowers") if t.complete else t for t in tasks]
+    return Preregistered(plan, tasks, every, [g for g in games if g not in plan.tasks], last_games)

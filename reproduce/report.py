@@ -13,16 +13,18 @@ compared pair gets the difference of means with Welch's 95% interval and an exac
 runs no p can be below 0.10, and the report says so). Training curves give the early return, the late
 variance and the whole-run return (the curve's area per step); ABS runs: the share of the early window spent
 in burn-in and at L_min, and their divergence and L per game; every run that logged a divergence: where it starts
-and ends and its rank correlation with the step (the paper's Figure 1 claim); the machine time. --games and
---seeds choose the runs.
+and ends and its rank correlation with the step (the paper's Figure 1 claim); the machine time. For the runs of
+the MuJoCo grid at 5M steps, the analysis fixed before its seeds 4-10 ran (measures.MUJOCO_5M: Holm-adjusted exact
+permutation tests per task, effect sizes, the decision; docs/results-mujoco-5m.md), with two figures for it. --games
+and --seeds choose the runs.
 Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,
 events.py reads their event files record by record and checks them for damage, measures.py takes each run's
 measures per seed, stats.py holds the statistics (no file access), figure_data.py bins what the figures draw;
-then, from those numbers alone, sections.py (with tables.py's formats and tables) writes the markdown and
-figures.py draws the figures. This file holds the command line, and measures everything (measure) before it writes
-the report's sections in their order (write_report).
+then, from those numbers alone, sections.py (with tables.py's formats and tables) and preregistered_section.py write
+the markdown and figures.py draws the figures. This file holds the command line, and measures everything (measure)
+before it writes the report's sections in their order (write_report).
 """
 from __future__ import annotations
 
@@ -37,12 +39,13 @@ from cli import Parser  # noqa: E402
 from events import load_events  # noqa: E402
 from figure_data import FigureData, figure_data  # noqa: E402
 from figures import figures_section  # noqa: E402
-from measures import (aggregate_table, aggregate_values, burn_in, burn_summary, by_label,  # noqa: E402
-                      capped_evaluations, divergence_trends, early_late, final_training_return, hns_values,
-                      improvement_rates, machine_time, near_constant_evaluations, normalized, not_reached, per_seed,
-                      trend_counts)
+from measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,  # noqa: E402
+                      burn_in, burn_summary, by_label, capped_evaluations, divergence_trends, early_late,
+                      final_training_return, hns_values, improvement_rates, is_preregistered, machine_time,
+                      near_constant_evaluations, normalized, not_reached, per_seed, preregistered, trend_counts)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
                   load_atari_scores, out_problem, reference_pairs)
+from preregistered_section import preregistered_section  # noqa: E402
 from sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
@@ -75,6 +78,7 @@ class Measured:
     rates: dict  # measures.improvement_rates
     times: dict  # measures.machine_time
     figures: FigureData
+    preregistered: Preregistered | None  # the analysis fixed before the runs (measures.MUJOCO_5M), for its runs
 
 
 def measure(f: Frame, table: dict, args) -> Measured:
@@ -91,19 +95,24 @@ def measure(f: Frame, table: dict, args) -> Measured:
     burn_rows, burn_labels = burn_summary(burn, data, f.labels, f.pairs)
     trends = divergence_trends(data, games)
     rates = improvement_rates(data, games, table, f.pairs)
+    evaluation = compared(per_seed(data, games, lambda r: r.score), complete=f.complete)
+    final = compared(per_seed(data, games, lambda r: final_training_return(r, args.last_games)), complete=f.complete)
+    el = EarlyLate(early=compared(early), late=compared(late, min), area=compared(area),
+                   not_reached=not_reached(data, games), early_hns=compared(early_hns), early_agg=early_agg,
+                   early_agg_notes=early_agg_notes, burn=burn, burn_notes=burn_notes, burn_rows=burn_rows,
+                   burn_labels=burn_labels)
+    plan = MUJOCO_5M if is_preregistered(MUJOCO_5M, args.benchmark, data, games, f.pairs) else None
+    analysis = preregistered(plan, evaluation, dict(zip(SECONDARY, (final, el.area, el.early, el.late))), games,
+                             args.last_games) if plan else None
     return Measured(
         capped=capped_evaluations(data, games, table), constant=near_constant_evaluations(data, games), agg=agg,
-        agg_notes=agg_notes, evaluation=compared(per_seed(data, games, lambda r: r.score), complete=f.complete),
+        agg_notes=agg_notes, evaluation=evaluation,
         hns=compared(per_seed(data, games, lambda r: normalized(r, table)), point="iqm", complete=f.complete,
                      test=False),
-        final=compared(per_seed(data, games, lambda r: final_training_return(r, args.last_games)),
-                       complete=f.complete),
-        early_late=EarlyLate(early=compared(early), late=compared(late, min), area=compared(area),
-                             not_reached=not_reached(data, games), early_hns=compared(early_hns), early_agg=early_agg,
-                             early_agg_notes=early_agg_notes, burn=burn, burn_notes=burn_notes, burn_rows=burn_rows,
-                             burn_labels=burn_labels),
-        trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates, times=machine_time(data, games),
-        figures=figure_data(data, games, rates, args.bins, burn))
+        final=final, early_late=el, trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates,
+        times=machine_time(data, games),
+        figures=figure_data(data, games, rates, args.bins, burn, evaluation if plan else None),
+        preregistered=analysis)
 
 
 def write_report(data, games, notes, args, table) -> Path:
@@ -125,6 +134,7 @@ def write_report(data, games, notes, args, table) -> Path:
           "their mean and a Student-t 95% CI; for each compared pair, the difference of means with Welch's 95% CI "
           "and an exact permutation p. *n* = runs a number rests on.", ""]
     md += data_section(f, notes, args.runs, m.capped, m.constant)
+    md += preregistered_section(m.preregistered) if m.preregistered else []
     md += aggregate_section(m.agg, m.agg_notes + [f"{g}: every evaluation episode of every run was cut at the step "
                                                   "cap (see Data); its score here is that of games cut short"
                                                   for g in m.capped[1]], games, table, f.at)

@@ -10,7 +10,7 @@ import numpy as np
 
 from measures import runs_of
 from runs import reached
-from stats import IQM_TRIMS_FROM, Compared, Seeds
+from stats import IQM_TRIMS_FROM, Compared, Difference, Seeds
 
 
 @dataclass(frozen=True)
@@ -114,17 +114,19 @@ def seed_table(f: Frame, c: Compared, std=False, iqm_column=False, not_reached=N
     return md_table(header, rows)
 
 
+def welch_text(d: Difference) -> str:
+    """A difference's Welch 95% interval as the report states it: "[lo, hi]", or why there is none."""
+    if d.na < 2 or d.nb < 2:
+        return f"n = {min(d.na, d.nb)}, no interval"
+    return "no spread, no interval" if not np.isfinite(d.df) else f"[{fmt(d.lo)}, {fmt(d.hi)}]"
+
+
 def differences(c: Compared) -> list[str]:
     """For each compared pair A vs B and game both have values for (c.differences): A - B (difference of means),
     Welch's 95% CI, the exact permutation p, and a plain statement for every run count too small for p < 0.05."""
     rows, counts = [], {}
     for d in c.differences:
-        if d.na < 2 or d.nb < 2:
-            ci = f"n = {min(d.na, d.nb)}, no interval"
-        elif not np.isfinite(d.df):
-            ci = "no spread, no interval"
-        else:
-            ci = f"[{fmt(d.lo)}, {fmt(d.hi)}]"
+        ci = welch_text(d)
         rows.append([d.game, f"{d.a} − {d.b}", fmt(d.diff), ci, f"{d.df:.2f}" if np.isfinite(d.df) else "–",
                      fmt_p(d.p) + ("" if d.exact else " (sampled)"),
                      f"{d.relabellings:,}" + ("" if d.exact else f" of {d.splits:,}"), f"{d.na} vs {d.nb}"])
