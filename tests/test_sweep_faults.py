@@ -411,7 +411,6 @@ def test_two_sweeps_of_one_grid_started_a_second_apart_share_it_without_a_failur
     assert row(status, "A") == row(status, "B") == [2, 0, 0, 0, 0, 0, 0], status
 
 
-
 # ----------------------------------------------------------------------------- a sweep killed with SIGKILL
 def start_and_kill(opts, exp_dir, hold: Path, out: Path, scripts_too: bool):
     """Start a sweep of A's seeds 1 to 3 on two workers, each run checkpointing once it starts and then waiting on
