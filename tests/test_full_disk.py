@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pytest
 import torch
 
@@ -281,3 +282,24 @@ def test_the_exit_code_is_documented_beside_the_others():
     text = (ROOT / "docs" / "running.md").read_text()
     assert f"| {U.checkpoint.WRITE_FAILED_EXIT} | a write the disk refused" in text
     assert dataclasses.is_dataclass(Args)  # (the toy's flags are the Run's)
+
+
+def test_what_a_write_needs_and_what_is_free():
+    """The sizes the line gives: the tensors' and arrays' bytes, each storage once; nothing where a side is unknown."""
+    shared = torch.zeros(4)
+    assert U.checkpoint.stored_bytes({"a": np.zeros(10, np.float32), "t": [shared, shared.view(2, 2)],
+                                      "n": 3, "s": "x"}) == 40 + 16
+    assert U.checkpoint.free_bytes("/no/such/folder/file") is None
+    error = U.checkpoint.WriteFailed("/no/such/folder/file", ENOSPC, need=100)
+    assert str(error) == "could not write /no/such/folder/file: no space left on device"  # free unknown: no sizes
+    assert U.checkpoint.size_text(3 * 2**20) == "3.0 MB" and U.checkpoint.size_text(1536) == "1.5 kB"
+
+
+def test_a_thread_s_other_errors_keep_python_s_report(tmp_path, exits):
+    seen = []
+    threading.excepthook = seen.append  # the hook the Run finds and keeps
+    run = new_run(tmp_path)
+    for error in (ENOSPC, ValueError("not a disk error")):
+        threading.excepthook(threading.ExceptHookArgs((type(error), error, None, None)))
+    assert len(seen) == 1 and isinstance(seen[0].exc_value, ValueError)  # the disk error dropped, the other kept
+    run.lock.close()
