@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # at collection, not first inside a test: importing submitit runs logging.config.dictConfig, which closes every
+    # logging handler, and inside a capsys test that closes absl's (imported through rliable by the report tests) on
+    # pytest's own capture stream, failing every later test of the process
+    import submitit  # noqa: F401
+except ImportError:  # (its tests skip)
+    pass
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "reproduce"))
 import execution  # noqa: E402
