@@ -4,7 +4,6 @@ is left. Injected OSError(ENOSPC) at each write a run makes (checkpoint, eval_re
 output, the run directory's lock), on a toy run of abs_utils; then real scripts on a real full filesystem: a small
 tmpfs mounted in a user namespace (skipped, with the reason, where the machine allows none) and /dev/full."""
 import builtins
-import dataclasses
 import errno
 import io
 import json
@@ -281,7 +280,6 @@ def test_output_to_a_full_device_is_one_line_and_exit_4(tmp_path):
 def test_the_exit_code_is_documented_beside_the_others():
     text = (ROOT / "docs" / "running.md").read_text()
     assert f"| {U.checkpoint.WRITE_FAILED_EXIT} | a write the disk refused" in text
-    assert dataclasses.is_dataclass(Args)  # (the toy's flags are the Run's)
 
 
 def test_what_a_write_needs_and_what_is_free():
