@@ -4,7 +4,6 @@ committed report.md and figure data (README: "Results")."""
 import csv
 import itertools
 import json
-import math
 import re
 import subprocess
 import sys
@@ -17,7 +16,6 @@ import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
-from events import load_scalars  # noqa: E402  (the report's own reader of TensorBoard events)
 
 TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
 
@@ -238,147 +236,54 @@ def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
         assert said in page, said
 
 
-ATARI10_RUNS = ROOT / "results" / "atari10-early" / "runs" / "atari10-early"
-
-
-def report_difference(md: str, section: str, game: str) -> str:
-    """The ABS - Vanilla difference of means of `game` in the differences table under the report's heading
-    `section`."""
-    return report_cell(md.split(section)[1].split("Differences,")[1], "| game |", game, "ABS − Vanilla", 3)
-
-
-def atari10_early_rows(md: str) -> dict:
-    """The rows docs/results-atari10-early.md's tables hold for the report `md`, per table: each cell is the report's
-    (seed 1's value; a difference is ABS - Vanilla)."""
-    games = [g.split("-v")[0] for g in GRIDS["atari10-early"].games]
-    early, early_hns = "### Early return\n", "### Early return, human-normalised\n"
-    ev, ev_hns = "## Per-game evaluation return at", "## Per-game human-normalised score at"
-    rows = {"early": [], "evaluation": [], "divergence": [], "burn-in": []}
-    for game in games:
-        rows["early"].append(" | ".join([f"| {game}", *(
-            x for section in (early, early_hns) for x in (*(report_cell(md, section, game, lb, 3)
-                                                            for lb in ("ABS", "Vanilla")),
-                                                          report_difference(md, section, game)))]) + " |")
-        rows["evaluation"].append(" | ".join([
-            f"| {game}", *(report_cell(md, s, game, lb, 3) for s in (ev, ev_hns) for lb in ("ABS", "Vanilla"))]) + " |")
-        for lb in ("ABS", "Vanilla"):
-            rows["divergence"].append(" | ".join([f"| {game} | {lb}", *(
-                report_cell(md, "## Divergence over training", game, lb, c) for c in (4, 5, 6, 7, 8))]) + " |")
-        rows["burn-in"].append(" | ".join([f"| {game}", *(
-            report_cell(md, "### Burn-in in the early window", game, "ABS", c) for c in (5, 6, 7, 8))]) + " |")
-    return rows
-
-
-def divergence_by_tenth(label: str) -> str:
-    """What docs/results-atari10-early.md says of `label`'s divergence over the games: the mean of the points of
-    divergence_by_game.csv's "mean over games" curve in each tenth of the window, the first, the highest and the
-    last."""
-    tenths = [[] for _ in range(10)]
-    with open(ROOT / "results" / "atari10-early" / "divergence_by_game.csv") as f:
-        for r in csv.DictReader(f):
-            if r["game"] == "mean over games" and r["label"] == label:
-                tenths[min(int(float(r["step"]) // 200_000), 9)].append(float(r["mean"]))
-    means = [float(np.mean(t)) if t else float("nan") for t in tenths]
-    top = int(np.nanargmax(means))
-    return (f"{means[0]:.2f} in the first tenth, {means[top]:.2f} at most (tenth {top + 1}) and {means[-1]:.2f} in "
-            f"the last")
-
-
-def delta_bar_after_burn_in() -> str:
-    """What docs/results-atari10-early.md says of delta_bar after the burn-in: per game, the lowest and the highest
-    `adapt/divergence_mean` of its ABS run at or after the step where the burn-in ends."""
-    said = []
-    for game in GRIDS["atari10-early"].games:
-        steps, values = load_scalars(ATARI10_RUNS / "ABS" / f"{game}__1",
-                                     ("adapt/divergence_mean",))["adapt/divergence_mean"]
-        after = [v for s, v in zip(steps, values) if s >= 1_024_000]
-        said.append(f"{min(after):.2f}-{max(after):.2f} on {game.split('-v')[0]}")
-    return ", ".join(said)
+ATARI10 = ROOT / "results" / "atari10-early"
 
 
 def test_atari10_early_page_states_the_reports_numbers(regenerated):
-    """docs/results-atari10-early.md's tables, counts, aggregates, divergence trends, burn-in, machine time and
-    verdict, and its README headline, are the regenerated report's (and the committed runs')."""
+    """docs/results-atari10-early.md's tables are what reproduce/early_page.py fills from the regenerated report, its
+    text says every number early_page.py --facts lists, and its verdict and the README headline restate them."""
+    import early_page
     md = (regenerated("atari10-early") / "report.md").read_text()
     text = (ROOT / "docs" / "results-atari10-early.md").read_text()
     page = " ".join(text.split())
     verdict = " ".join(text.split("## Verdict")[1].split("\n## ")[0].split())
     readme = " ".join((ROOT / "README.md").read_text().split())  # its headline restates a few of them
     games = [g.split("-v")[0] for g in GRIDS["atari10-early"].games]
-    lines = set(text.splitlines())
-    for table, rows in atari10_early_rows(md).items():
-        for row in rows:
-            assert row in lines, (table, row)
+    assert early_page.games(md) == games
+    filled, changed = early_page.fill(text, md)
+    assert not changed, f"run: python reproduce/early_page.py (the tables {changed} are not the report's)"
+    facts = dict(early_page.facts(md, ATARI10))
+    for what, said in early_page.facts(md, ATARI10):
+        if what != "starts at its highest":
+            assert " ".join(said.split()) in page, (what, said)
 
-    early_count = re.search(r"\*\*(ABS higher early in (\d+) of (\d+) games)\*\*", md)
-    wins, n = int(early_count.group(2)), int(early_count.group(3))
-    assert n == len(games) and early_count.group(1) in page
-    assert f"higher in {wins} of the {n} games" in verdict
-    chance = sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n  # as likely as a coin: p = 1/2 per game
+    wins, n = map(int, re.search(r"higher early in (\d+) of (\d+) games", facts[early_page.EARLY_COUNT]).groups())
+    assert n == len(games) and f"higher in {wins} of the {n} games" in verdict
+    chance = scipy.stats.binom.sf(wins - 1, n, 0.5)  # as likely as a coin: p = 1/2 per game
     assert f"{wins} or more of {n} would come up with probability {chance:.2f}" in page
     assert f"{wins} or more of {n} with probability {chance:.2f}" in verdict
-    eval_count = re.search(r"\*\*(ABS best in \d+ of \d+ games)\*\*", md).group(1)
-    assert eval_count.replace("best", "higher") in page, eval_count
-
-    iqm = {}  # (early | evaluation, label) -> "x [lo, hi]", the games-resampled interval
-    for section, what in (("#### Early return, human-normalised, across games", "early"),
-                          ("## Aggregate human-normalised score at", "evaluation")):
-        resampled = re.split(r"\n#", md.split(section)[1])[0].split("games resampled] |")[-1]
-        for lb in ("ABS", "Vanilla"):
-            iqm[what, lb] = next(ln for ln in resampled.splitlines() if ln.startswith(f"| {lb} |")).split(" | ")[1]
-            assert f"{lb} {iqm[what, lb]}" in page, (what, lb)
-    (a_lo, a_hi), (v_lo, v_hi) = ([float(x) for x in iqm["early", lb].split("[")[1].rstrip("]").split(", ")]
+    iqm = {lb: re.search(rf"\b{lb} (\S+ \[\S+, \S+\])", facts[f"{early_page.EARLY_IQM}, {lb}"]).group(1)
+           for lb in ("ABS", "Vanilla")}
+    (a_lo, a_hi), (v_lo, v_hi) = ([float(x) for x in iqm[lb].split("[")[1].rstrip("]").split(", ")]
                                   for lb in ("ABS", "Vanilla"))
     assert a_lo <= v_hi and v_lo <= a_hi  # "the intervals overlap"
-
-    early_hns = [float(report_cell(md, "### Early return, human-normalised\n", g, lb, 3))
-                 for g in games for lb in ("ABS", "Vanilla")]
-    assert f"(HNS of {min(early_hns):.3f} to {max(early_hns):.3f})" in page
-    diffs = {g: float(report_difference(md, "### Early return, human-normalised\n", g)) for g in games}
-    top = max(diffs, key=diffs.get)
-    raw = report_difference(md, "### Early return\n", top)
-    assert f"at most {diffs[top]:.3f} HNS, on {top}, where it is {raw} points of score" in verdict
-    assert (f"{early_count.group(1)} (the paper's Table 2: 7 of 10), by at most {diffs[top]:.3f} HNS; the early-HNS "
-            f"IQM is ABS {iqm['early', 'ABS']} and Vanilla {iqm['early', 'Vanilla']} (games resampled)") in readme
+    top = facts[early_page.LARGEST]
+    assert top in verdict
+    assert (f"ABS higher early in {wins} of {n} games (the paper's Table 2: 7 of 10), by {top.split(',')[0]}; the "
+            f"early-HNS IQM is ABS {iqm['ABS']} and Vanilla {iqm['Vanilla']} (games resampled)") in readme
 
     for lb in ("ABS", "Vanilla"):
-        trend = next(ln for ln in md.split("## Divergence over training")[1].splitlines() if ln.startswith(f"- {lb}: "))
-        assert trend.removeprefix("- ") in page, trend
+        trend = facts[f"{lb} divergence trend (report)"]
         lower = re.search(r"lower in the last tenth than in the first in (\d+ of \d+) runs", trend).group(1)
         assert f"in the last tenth than in the first in {lower} runs of each label" in verdict, trend
         rho = re.search(r"median ρ ([-+]\d\.\d\d)", trend).group(1)
         assert f"{rho} for {lb}" in verdict, trend
-        assert f"{lb}'s {divergence_by_tenth(lb)}" in page, lb
-        time = next(ln for ln in md.split("## Machine time")[1].splitlines() if ln.startswith(f"| {lb} |"))
-        runs, hours, per_run, sps = time.split(" | ")[1:5]
-        said = f"{lb} {hours} hours for its {runs} runs ({per_run} hours per run, {sps} steps/s)"
-        assert said in page, said
-    starts_highest = []
-    for lb in ("ABS", "Vanilla"):
-        for g in GRIDS["atari10-early"].games:
-            _, values = load_scalars(ATARI10_RUNS / lb / f"{g}__1", ("adapt/divergence",))["adapt/divergence"]
-            if values[0] == max(values):
-                starts_highest.append(f"{lb}'s {g.split('-v')[0]} starts at its highest ({values[0]:.3f}) and ends "
-                                      f"far lower ({values[-1]:.3f})")
+    starts_highest = early_page.starts_highest(ATARI10, games)
     assert len(starts_highest) == 1 and f"Only {starts_highest[0]}" in verdict, starts_highest
-
-    data = md.split("## Data")[1].split("\n## ")[0].splitlines()
-    for start in ("- Near-constant evaluation policies", "- Evaluation episodes cut at the step cap"):
-        runs = next(ln for ln in data if ln.startswith(start)).split("): ", 1)[1].split(". ")[0]
-        assert runs in page, runs  # the runs the report lists, e.g. "ABS DoubleDunk seed 1: 100 of 100, ..."
-    trained = float(report_cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
+    trained = float(early_page.cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
     assert f"last 100 training games (epsilon-greedy) averaged {trained:,.0f}" in page
-
-    burn = next(ln for ln in md.split("### Burn-in in the early window")[1].splitlines() if ln.startswith("- ABS: "))
-    share = re.search(r"and (\d+\.\d%) \(runs: [^)]*\) ran at L = 16 in all", burn)
-    assert share and f"{share.group(1)} of the early window at L = 16" in page, burn
-    measured = [int(report_cell(md, "## Divergence over training", g, "ABS", 4)) for g in games]
-    assert f"{min(measured) - 9}-{max(measured) - 9} measurements move L in the window" in page  # the W-th moves L
-    assert f"delta_bar stayed high after the burn-in: {delta_bar_after_burn_in()}" in page
-    with open(ROOT / "results" / "atari10-early" / "batch_size_by_game.csv") as f:
-        highest = max(float(r["max"]) for r in csv.DictReader(f) if r["tag"] == "adapt/num_steps")
-    said = f"L never reached Vanilla's 32: its highest value in any bin of `batch_size_by_game.csv` is {highest:.0f}"
-    assert highest < 32 and said in page, said
+    highest = float(re.search(r"is (\d+)$", facts[early_page.HIGHEST_L]).group(1))
+    assert highest < 32 and f"L never reached Vanilla's 32: {facts[early_page.HIGHEST_L]}" in page
     assert f"2 at L = 16, {32 / highest:.1f} at L = {highest:.0f}" in page
 
 
