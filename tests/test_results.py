@@ -38,8 +38,8 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
-         # Atari-5 of its ten games so far (results/atari10-early/README.md)
-         "atari10-early": Grid("atari10-early", (), ("BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5",
+         # six of its ten games so far (results/atari10-early/README.md)
+         "atari10-early": Grid("atari10-early", (), ("Amidar-v5", "BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5",
                                                                 "Phoenix-v5", "Qbert-v5"), (1,), ("ABS", "Vanilla"),
                                  20e6)}
 FIGURE_DATA = ("learning_curves.csv", "adapt.csv", "adapt_by_game.csv", "improvement_rate.csv")
@@ -275,7 +275,7 @@ def test_atari10_early_page_states_the_reports_numbers(regenerated):
     for lb in ("ABS", "Vanilla"):
         trend = facts[f"{lb} divergence trend (report)"]
         lower = re.search(r"lower in the last tenth than in the first in (\d+ of \d+) runs", trend).group(1)
-        assert f"in the last tenth than in the first in {lower} runs of each label" in verdict, trend
+        assert f"{lower} runs of {lb}" in verdict and "lower in the last tenth than in the first in" in verdict, trend
         rho = re.search(r"median ρ ([-+]\d\.\d\d)", trend).group(1)
         assert f"{rho} for {lb}" in verdict, trend
     starts_highest = early_page.starts_highest(ATARI10, games)
