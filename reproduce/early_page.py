@@ -164,8 +164,8 @@ def facts(md: str, results: Path) -> list[tuple[str, str]]:
     out.append(("early HNS range", f"HNS of {min(early_hns):.3f} to {max(early_hns):.3f}"))
     diffs = {g: float(difference(md, EARLY_HNS, g)) for g in gs}
     top = max(diffs, key=diffs.get)
-    out.append((LARGEST, f"at most {diffs[top]:.3f} HNS, on {top}, where it is "
-                                            f"{difference(md, EARLY, top)} points of score"))
+    out.append((LARGEST, f"at most {diffs[top]:.3f} HNS, on {top}, where it is {difference(md, EARLY, top)} points "
+                         f"of score"))
     for lb in LABELS:
         trend = next(ln for ln in section(md, DIVERGENCE).splitlines() if ln.startswith(f"- {lb}: "))
         out += [(f"{lb} divergence trend (report)", trend.removeprefix("- ")),
@@ -215,8 +215,9 @@ def main(argv=None) -> int:
             print(f"{what}: {said}")
         return 0
     page = a.page.read_text()
-    if not all(marker(name) in page.split("\n") for name in tables(md)):
-        p.error(f"{a.page} lacks a marker line {marker('NAME')} for one of: {', '.join(tables(md))}")
+    missing = [name for name in tables(md) if marker(name) not in page.split("\n")]
+    if missing:
+        p.error(f"{a.page} lacks the marker line {marker(missing[0])}")
     filled, changed = fill(page, md)
     if a.check:
         if changed:
@@ -224,7 +225,9 @@ def main(argv=None) -> int:
         return 1 if changed else 0
     if changed:
         a.page.write_text(filled)
-    print(f"{a.page}: {'filled ' + ', '.join(changed) if changed else 'every table is the report' + chr(39) + 's'}")
+        print(f"{a.page}: filled {', '.join(changed)}")
+    else:
+        print(f"{a.page}: every table is the report's already")
     return 0
 
 

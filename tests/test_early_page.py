@@ -48,7 +48,8 @@ def test_check_fill_and_markers(tmp_path):
 
     page.write_text(PAGE.read_text().replace(early_page.marker("burn-in") + "\n", ""))
     res = tool("--page", page, "--check")
-    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "lacks a marker line" in res.stderr, res.stderr
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert f"lacks the marker line {early_page.marker('burn-in')}" in res.stderr
     res = tool("--page", tmp_path / "missing.md")
     assert res.returncode == 2 and "missing.md is not a file" in res.stderr
 
