@@ -71,7 +71,7 @@ def marked(text: str | None, is_best: bool) -> str:
 def min_p_statement(na: int, nb: int, p: float, splits: int, alpha: float = 0.05) -> str:
     """The plain reading of stats.min_permutation_p's p with n_a vs n_b runs (splits: their C(n_a + n_b, n_a)
     relabellings): whether any difference can reach p < alpha with these counts."""
-    head = (f"with {na} vs {nb} runs the smallest possible p is {fmt_p(p)} ({2 if na == nb else 1} of {splits} "
+    head = (f"with {na} vs {nb} runs the smallest possible p is {fmt_p(p)} ({2 if na == nb else 1} of {splits:,} "
             "relabellings)")
     return f"{head}: no difference can reach p < {alpha:g}" if p >= alpha else f"{head}, below {alpha:g}"
 

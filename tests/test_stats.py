@@ -205,6 +205,8 @@ def test_smallest_possible_p_and_its_statement():
                                      "relabellings): no difference can reach p < 0.05")
     assert min_p_statement(3, 4) == ("with 3 vs 4 runs the smallest possible p is 0.029 (1 of 35 "
                                      "relabellings), below 0.05")
+    assert min_p_statement(10, 10) == ("with 10 vs 10 runs the smallest possible p is 1.1e-05 (2 of 184,756 "
+                                       "relabellings), below 0.05")  # 2 / C(20, 10) = 1.08e-5
     assert "no difference can reach" in min_p_statement(1, 1)
 
 
