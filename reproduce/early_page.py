@@ -150,13 +150,14 @@ def iqm(md: str, heading: str, label: str) -> str:
 def facts(md: str, results: Path) -> list[tuple[str, str]]:
     """(what, the words the page quotes) for every number its text takes from the runs."""
     gs = games(md)
-    count = re.search(r"\*\*ABS higher early in (\d+) of (\d+) games\*\*", md)
+    # the report's pairwise counts (a tie is no win), not its "best in" counts (where a tie counts for each label)
+    count = re.search(r"- ABS vs Vanilla: \*\*ABS higher early in (\d+) of (\d+) games\*\*", md)
     wins, n = int(count.group(1)), int(count.group(2))
     chance = sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
     out = [(EARLY_COUNT, f"ABS higher early in {wins} of {n} games"),
            ("a coin's chance of as many or more", f"{wins} or more of {n} would come up with probability {chance:.2f}"),
-           ("evaluation count (report, Per-game evaluation return)",
-            "ABS higher in " + re.search(r"\*\*ABS best in (\d+ of \d+ games)\*\*", md).group(1))]
+           ("evaluation count (report, Per-game evaluation return; a tie is no win)",
+            re.search(r"- ABS vs Vanilla: \*\*(ABS higher in \d+ of \d+ games)\*\*", section(md, EVAL)).group(1))]
     for heading, what in (("#### Early return, human-normalised, across games", EARLY_IQM),
                           ("## Aggregate human-normalised score at", "evaluation HNS IQM, games resampled")):
         out += [(f"{what}, {lb}", f"{lb} {iqm(md, heading, lb)}") for lb in LABELS]
