@@ -408,7 +408,8 @@ def test_pending_mujoco_runs_are_whole_and_listed():
     pending = ROOT / "results" / "mujoco-5m-pending"
     readme = " ".join((pending / "README.md").read_text().split())
     results = sorted((pending / "runs" / "mujoco").glob("*/*/eval_results.json"))
-    assert results
+    if not results:  # between a task's publication and the next task's first finished run
+        assert "No run is pending now" in readme
     for path in results:
         run, r = path.parent, json.loads(path.read_text())
         label, (task, seed) = run.parent.name, run.name.split("__")
