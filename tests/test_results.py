@@ -49,9 +49,10 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
-         # seven of its ten games so far (results/atari10-early/README.md)
+         # eight of its ten games so far (results/atari10-early/README.md)
          "atari10-early": Grid("atari10-early", (), ("Amidar-v5", "BattleZone-v5", "Bowling-v5", "DoubleDunk-v5",
-                                                                "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"), (1,),
+                                                                "Frostbite-v5", "NameThisGame-v5", "Phoenix-v5",
+                                                                "Qbert-v5"), (1,),
                                                                 ("ABS", "Vanilla"),
                                  20e6)}
 
