@@ -403,20 +403,27 @@ def test_ess_study_figure_data_is_regenerated_from_the_committed_runs(study, nam
     assert (ESS / name.replace(".csv", ".png")).is_file()
 
 
-def test_pending_mujoco_runs_are_whole_and_listed():
-    """results/mujoco-5m-pending holds finished runs of seeds 4-10 until their task is complete: each with its
-    evaluation, events and log, no checkpoint, and its README lists each with the numbers of its eval_results.json."""
+def test_seeds_4_to_10_of_mujoco_5m_are_whole_and_listed():
+    """results/mujoco-5m-pending holds finished runs of seeds 4-10 until their task is complete, results/mujoco-5m
+    those of complete tasks: each with its evaluation, events and log, no checkpoint, and the README of its directory
+    lists each with the numbers of its eval_results.json."""
     pending = ROOT / "results" / "mujoco-5m-pending"
     readme = " ".join((pending / "README.md").read_text().split())
     results = sorted((pending / "runs" / "mujoco").glob("*/*/eval_results.json"))
     if not results:  # between a task's publication and the next task's first finished run
         assert "No run is pending now" in readme
-    for path in results:
+    published = ROOT / "results" / "mujoco-5m"
+    later = [p for p in sorted((published / "runs" / "mujoco").glob("*/*/eval_results.json"))
+             if int(p.parent.name.split("__")[1]) >= 4]
+    assert len(later) == 2 * 7 * sum(len(GRIDS["mujoco-5m"].seeds_of(t)) > 3 for t in TASKS)  # whole tasks only
+    published_readme = " ".join((published / "README.md").read_text().split())
+    for path in results + later:
+        listing = published_readme if path in later else readme
         run, r = path.parent, json.loads(path.read_text())
         label, (task, seed) = run.parent.name, run.name.split("__")
         assert label in LABELS and task in TASKS and int(seed) >= 4 and r["global_step"] >= 5_000_000
         assert list(run.glob("events.out.tfevents.*")) and (run.parent / "logs" / f"{run.name}.log").is_file()
         said = (f"{label}, {task}, seed {seed}: {r['eval']['mean']:.1f} at {r['global_step']:,} steps, "
                 f"{r['train_seconds']:,.0f} s of training")
-        assert said in readme, said
+        assert said in listing, said
     assert not [p for p in pending.rglob("*") if p.suffix == ".pt" or p.name == ".lock"]
