@@ -13,7 +13,30 @@ _OUTSIDE_LOOP = {"when": "before training started", "then": "nothing was saved; 
 _exit = os._exit  # not sys.exit: unwinding with envpool's evaluation threads alive can crash the interpreter
 
 
+def _end_helpers() -> None:
+    """Ends the processes this one started and still has. A library may start a helper while it is imported (glfw,
+    which MuJoCo imports, probes its library's version in a `python -c` child that reads the path from a pipe); left
+    behind, it would outlive this process and print a traceback into the same stderr. Linux only (/proc)."""
+    me = os.getpid()
+    try:
+        threads = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return
+    for tid in threads:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                children = [int(pid) for pid in f.read().split()]
+        except OSError:  # the thread ended meanwhile, or a kernel without this file
+            continue
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # it ended meanwhile
+                pass
+
+
 def _stop_outside_loop(signum, frame):
+    _end_helpers()
     print(f"stopped by signal {signum} {_OUTSIDE_LOOP['when']}: {_OUTSIDE_LOOP['then']}", flush=True)
     sys.stderr.flush()
     _exit(128 + signum)

@@ -663,6 +663,7 @@ def test_a_signal_outside_the_loop_is_one_line_and_exit_128_plus_n(tmp_path, cap
     resume evaluates again. (The scripts' own processes: tests/test_hardening_runs.py.)"""
     exits = []
     monkeypatch.setattr(U.signals, "_exit", exits.append)  # the handler ends the process at once; here it only records
+    monkeypatch.setattr(U.signals, "_end_helpers", lambda: None)  # and the tests' own children live on (test below)
     saved = Args(run_name="r", total_timesteps=640)
     ckpt = write_checkpoint(tmp_path / "r" / "checkpoint.pt", saved, global_step=320)
     args, checkpoint = parse(["--resume", ckpt])
@@ -681,6 +682,26 @@ def test_a_signal_outside_the_loop_is_one_line_and_exit_128_plus_n(tmp_path, cap
     run.finish(640, [1.0], [10], 0)
     os.kill(os.getpid(), signal.SIGTERM)
     assert exits[-1] == 143 and "after the evaluation: the result is saved in" in capsys.readouterr().out
+
+
+def test_a_signal_outside_the_loop_ends_the_helpers_a_library_started(tmp_path):
+    """A helper left behind (here one like glfw's version probe, which MuJoCo's import starts: a `python -c` child
+    reading a line from a pipe) would outlive the stopped process and print its EOFError into the same stderr."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import os, signal, subprocess, sys, time; sys.path.insert(0, {root!r}); from abs_utils import signals; "
+            "signals.stop_outside_loop('before training started', 'nothing was saved'); "
+            "probe = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1); input()'], "
+            "stdin=subprocess.PIPE); print(probe.pid, flush=True); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    probe, line = p.stdout.strip().splitlines()
+    assert p.returncode == 143 and line == "stopped by signal 15 before training started: nothing was saved"
+    assert p.stderr == ""  # no EOFError from the probe: it ended with its parent
+    with pytest.raises(ProcessLookupError):  # (a pid is reused only after the kernel's whole range: not here)
+        for _ in range(100):  # killed, reparented and reaped: gone within moments
+            os.kill(int(probe), 0)
+            time.sleep(0.05)
+    assert time.monotonic() - start < 60
 
 
 def write_result(run_dir, global_step):
