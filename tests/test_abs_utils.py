@@ -691,7 +691,8 @@ def test_a_signal_outside_the_loop_ends_the_helpers_a_library_started(tmp_path):
     code = (f"import os, signal, subprocess, sys, time; sys.path.insert(0, {root!r}); from abs_utils import signals; "
             "signals.stop_outside_loop('before training started', 'nothing was saved'); "
             "probe = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1); input()'], "
-            "stdin=subprocess.PIPE); print(probe.pid, flush=True); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
+            "stdin=subprocess.PIPE); print(probe.pid, flush=True); os.kill(os.getpid(), signal.SIGTERM); "
+            "time.sleep(30)")
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     probe, line = p.stdout.strip().splitlines()
