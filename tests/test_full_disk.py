@@ -251,10 +251,10 @@ def test_a_full_filesystem_mid_run_keeps_the_checkpoint_and_the_same_resume_fini
     resume = " ".join(tiny_pqn("$FS", "--resume", "$FS/r/checkpoint.pt")[:2] + ["--resume", "$FS/r/checkpoint.pt"])
     p = in_small_tmpfs(tmp_path, f"""mount -t tmpfs -o size=30m tmpfs $FS && cd {ROOT}
         {first} > $FS/../first.out 2> $FS/../first.err; echo "first=$?"
-        ls -a $FS/r; python -c "import torch; print('step', torch.load('$FS/r/checkpoint.pt')['global_step'])"
+        ls -a $FS/r; {sys.executable} -c "import torch; print('step', torch.load('$FS/r/checkpoint.pt')['global_step'])"
         mount -o remount,size=100m $FS
         {resume} > $FS/../second.out 2>&1; echo "second=$?"
-        python -c "import json; print('result', json.load(open('$FS/r/eval_results.json'))['global_step'])"
+        {sys.executable} -c "import json; print('result', json.load(open('$FS/r/eval_results.json'))['global_step'])"
         """)
     out, err = p.stdout, (tmp_path / "first.err").read_text()
     assert "first=4" in out, (out, p.stderr, err)
