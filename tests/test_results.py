@@ -157,6 +157,43 @@ def test_mujoco_5m_page_states_both_reports_divergence_trends(regenerated):
         assert lower.split(" in ")[-1] in text and f"{count}, {median}" in text, (grid, line, text)
 
 
+# the outcomes of the 5M page's per-task tables and the report's section of each (docs/results-mujoco-5m.md)
+OUTCOMES_5M = {"evaluation return (primary)": "## Per-game evaluation return",
+               "training return, last 100 episodes": "## Final training return",
+               "whole-run return": "### Whole-run return", "early return, first 10%": "### Early return",
+               "late variance, last 10%, return²": "### Late variance"}
+
+
+def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(regenerated):
+    """Each task with all 20 runs in has its section on the 5M page, whose table is the report's: each arm's mean,
+    the difference with Welch's interval and the permutation p per outcome, the adjusted p, the share of PPO's mean
+    and Hedges' g of the primary outcome, and the decision; an incomplete task has no such section."""
+    md = (regenerated("mujoco-5m") / "report.md").read_text()
+    page = (ROOT / "docs" / "results-mujoco-5m.md").read_text()
+    pre = md.split("## Pre-registered analysis")[1].split("\n### ")[0]
+    for task in (t.split("-v")[0] for t in TASKS):
+        heading = f"## {task}-v4, seeds 1-10: the pre-registered test"
+        row = next(ln for ln in pre.splitlines() if ln.startswith(f"| {task} | "))
+        if "| incomplete |" in row:
+            assert heading not in page, task
+            continue
+        cells = row.strip("| ").split(" | ")
+        section = page.split(heading)[1].split("\n## ")[0]
+        for outcome, report_section in OUTCOMES_5M.items():
+            part = md.split(report_section)[1].split("\n## ")[0].split("\n### ")[0]
+
+            def cell(label, col):
+                line = next(ln for ln in part.splitlines() if ln.startswith(f"| {task} | {label} |"))
+                return line.split(" | ")[col - 1].strip("* |")
+            diff = f"{cell('PPO+ABS − PPO', 3)} {cell('PPO+ABS − PPO', 4)}"
+            adjusted = cells[5] if outcome.endswith("(primary)") else "uncorrected"
+            assert (f"| {outcome} | {cell('PPO+ABS', 4)} | {cell('PPO', 4)} | {diff} | {cell('PPO+ABS − PPO', 6)} | "
+                    f"{adjusted} |") in section, (task, outcome)
+        assert f"{cells[6]} of PPO's mean, Hedges' g {cells[7]}" in " ".join(section.split()), task
+        decision = next(ln for ln in pre.splitlines() if ln.startswith(f"- {task}: ")).removeprefix(f"- {task}: ")
+        assert decision.rstrip(".").lower() in " ".join(section.split()).lower(), task
+
+
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
     interval and the exact permutation p of PPO+ABS - PPO, no per-game IQM table (the IQM of 3 values is their
