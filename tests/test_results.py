@@ -47,7 +47,7 @@ class Grid:
 GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 15e6),
          # seeds 1-3 on every task, 1-10 on the tasks whose 20 runs of the 10-seed extension are in
          "mujoco-5m": Grid("mujoco", (), TASKS, SEEDS, LABELS, 200e6,
-                           more_seeds=(("Walker2d-v4", tuple(range(1, 11))),)),
+                           more_seeds=(("Walker2d-v4", tuple(range(1, 11))), ("Hopper-v4", tuple(range(1, 11))))),
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
