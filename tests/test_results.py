@@ -180,11 +180,8 @@ def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(r
         cells = row.strip("| ").split(" | ")
         section = page.split(heading)[1].split("\n## ")[0]
         for outcome, report_section in OUTCOMES_5M.items():
-            part = md.split(report_section)[1].split("\n## ")[0].split("\n### ")[0]
-
-            def cell(label, col):
-                line = next(ln for ln in part.splitlines() if ln.startswith(f"| {task} | {label} |"))
-                return line.split(" | ")[col - 1].strip("* |")
+            def cell(label, col):  # the report marks the higher mean in bold
+                return report_cell(md, report_section, task, label, col).strip("*")
             diff = f"{cell('PPO+ABS − PPO', 3)} {cell('PPO+ABS − PPO', 4)}"
             adjusted = cells[5] if outcome.endswith("(primary)") else "uncorrected"
             assert (f"| {outcome} | {cell('PPO+ABS', 4)} | {cell('PPO', 4)} | {diff} | {cell('PPO+ABS − PPO', 6)} | "
