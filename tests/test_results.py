@@ -191,6 +191,20 @@ def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(r
         assert decision.rstrip(".").lower() in " ".join(section.split()).lower(), task
 
 
+def test_mujoco_5m_page_says_every_number_mujoco_page_lists(regenerated):
+    """The 5M page's text says, each in its section, every number reproduce/mujoco_page.py lists from the
+    regenerated report, adapt_by_game.csv, the runs' events and their eval_results.json (the seeds' spread, seeds
+    1-3 and 4-10 alone, the schedule table, the divergence counts, the machine time)."""
+    import mujoco_page
+    md = (regenerated("mujoco-5m") / "report.md").read_text()
+    page = (ROOT / "docs" / "results-mujoco-5m.md").read_text()
+    listed = mujoco_page.facts(md, ROOT / "results" / "mujoco-5m")
+    complete = mujoco_page.complete_tasks(md)
+    assert complete == [t for t in mujoco_page.TASKS if len(GRIDS["mujoco-5m"].seeds_of(f"{t}-v4")) == 10]
+    assert sum(where == mujoco_page.task_heading(t) for where, _, _ in listed for t in complete) == 8 * len(complete)
+    assert not mujoco_page.missing(page, listed), "run: python reproduce/mujoco_page.py --check"
+
+
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
     """Per task: the per-seed values with a Student-t interval (not the bootstrap's [lowest, highest seed]), Welch's
     interval and the exact permutation p of PPO+ABS - PPO, no per-game IQM table (the IQM of 3 values is their
