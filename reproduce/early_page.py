@@ -211,12 +211,16 @@ def main(argv=None) -> int:
         if not path.is_file():
             p.error(f"{path} is not a file")
     md = report.read_text()
+    try:
+        listed, new = facts(md, a.results) if a.facts else None, tables(md)
+    except (IndexError, KeyError, StopIteration, AttributeError, ValueError, FileNotFoundError) as e:
+        p.error(f"{report} is not the atari10-early report this page reads: {type(e).__name__}: {e}")
     if a.facts:
-        for what, said in facts(md, a.results):
+        for what, said in listed:
             print(f"{what}: {said}")
         return 0
     page = a.page.read_text()
-    missing = [name for name in tables(md) if marker(name) not in page.split("\n")]
+    missing = [name for name in new if marker(name) not in page.split("\n")]
     if missing:
         p.error(f"{a.page} lacks the marker line {marker(missing[0])}")
     filled, changed = fill(page, md)

@@ -52,6 +52,8 @@ def test_check_fill_and_markers(tmp_path):
     assert f"lacks the marker line {early_page.marker('burn-in')}" in res.stderr
     res = tool("--page", tmp_path / "missing.md")
     assert res.returncode == 2 and "missing.md is not a file" in res.stderr
+    res = tool("--results", ROOT / "results" / "mujoco-5m", "--facts")  # another grid's report
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "is not the atari10-early report" in res.stderr
 
 
 def test_facts_name_where_each_number_comes_from():
