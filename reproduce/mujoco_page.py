@@ -119,7 +119,7 @@ def task_facts(md: str, results: Path, task: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def schedule_table(results: Path) -> list[str]:
+def schedule_table(results: Path) -> tuple[list[str], str]:
     """The page's schedule table, and its sentence on delta_high. Per task, from adapt_by_game.csv (per step bin, 50
     over the run: the mean over the PPO+ABS runs, the lowest and the highest run): the KL's highest mean and the
     highest run in that bin; L's highest mean before that bin, its lowest mean from that bin on and the lowest run
@@ -133,7 +133,7 @@ def schedule_table(results: Path) -> list[str]:
               "highest single measurement (seed)", "L: highest mean before the KL's peak (bin)",
               "lowest mean from that peak on (bin)", "lowest run there", "last bin: mean (runs)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    above = {"mean": [], "single": []}  # the tasks where the KL passes delta_high = 0.1
+    above = {"mean": [], "single": []}  # the tasks where the KL passes delta_high = 0.1 (the grid's --kl-high)
     for task in sorted({g for g, _ in bins}):
         kl, size = bins[(task, "adapt/kl")], bins[(task, "adapt/num_steps")]
         top = max(kl, key=lambda b: b[1])
