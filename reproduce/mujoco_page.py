@@ -100,10 +100,8 @@ def task_facts(md: str, results: Path, task: str) -> list[tuple[str, str, str]]:
     first = [np.mean([late[lb][s] for s in FIRST]) / 1e6 for lb in (ABS, PPO)]
     out.append((here, "late variance, seeds 1-3 (report, Late variance)",
                 f"three seeds had shown {first[0]:.2f}M against {first[1]:.2f}M"))
-    secondary = {r.split(" | ")[1]: r.split(" | ") for r in section(md, "### Secondary outcomes").splitlines()
-                 if r.startswith(f"| {task} | ")}
     ten = [float(row(md, "### Late variance", f"{task} | {lb}")[3]) / 1e6 for lb in (ABS, PPO)]
-    p_late = secondary["late variance"][5].rstrip(" |")
+    p_late = row(md, "### Secondary outcomes", f"{task} | late variance")[5]
     out.append((here, "late variance, seeds 1-10 (report)", f"{ten[0]:.2f}M against {ten[1]:.2f}M return², "
                                                             f"p = {p_late}"))
     holm = "Adjusted p: Holm's" in section(md, "## Pre-registered analysis")
@@ -113,8 +111,8 @@ def task_facts(md: str, results: Path, task: str) -> list[tuple[str, str, str]]:
     out.append((VERDICT, f"{task}: the primary outcome (report)", f"{primary[2]} {primary[3]} (adjusted p = "
                 f"{primary[5]}, {'Holm' if holm else 'the Bonferroni bound on Holm'}'s)"))
     early = [float(row(md, "### Early return", f"{task} | {lb}")[3]) for lb in (ABS, PPO)]
-    out.append((VERDICT, f"{task}: early return (report)",
-                f"{task} {early[0]:.0f} vs {early[1]:.0f} (p = {secondary['early return'][5].rstrip(' |')})"))
+    p_early = row(md, "### Secondary outcomes", f"{task} | early return")[5]
+    out.append((VERDICT, f"{task}: early return (report)", f"{task} {early[0]:.0f} vs {early[1]:.0f} (p = {p_early})"))
     out.append((VERDICT, f"{task}: late variance (report)", f"{ten[0]:.2f}M vs {ten[1]:.2f}M (p = {p_late})"))
     return out
 
