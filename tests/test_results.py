@@ -24,30 +24,21 @@ TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3)
 class Grid:
     """A published grid under results/<name>/: the experiment of reproduce/experiments.toml it ran, the sweep flags
     its report was made with (its docs page, "How these were made"), its games, seeds and labels, and the most bytes
-    its directory may hold. A grid published task by task has more seeds on some games: more_seeds maps those games
-    to their seeds, and its report is made with the seeds of all."""
+    its directory may hold."""
     experiment: str
     flags: tuple
     games: tuple
     seeds: tuple
     labels: tuple
     max_bytes: float
-    more_seeds: tuple = ()  # (game, seeds) pairs
-
-    def seeds_of(self, game: str) -> tuple:
-        return dict(self.more_seeds).get(game, self.seeds)
-
-    def all_seeds(self) -> list:
-        return sorted({s for game in self.games for s in self.seeds_of(game)})
 
     def runs(self) -> int:
-        return len(self.labels) * sum(len(self.seeds_of(game)) for game in self.games)
+        return len(self.labels) * len(self.games) * len(self.seeds)
 
 
 GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 15e6),
-         # seeds 1-3 on every task, 1-10 on the tasks whose 20 runs of the 10-seed extension are in
-         "mujoco-5m": Grid("mujoco", (), TASKS, SEEDS, LABELS, 200e6,
-                           more_seeds=(("Walker2d-v4", tuple(range(1, 11))), ("Hopper-v4", tuple(range(1, 11))))),
+         # seeds 1-3, then seeds 4-10 of the pre-registered extension, on every task
+         "mujoco-5m": Grid("mujoco", (), TASKS, tuple(range(1, 11)), LABELS, 200e6),
          "ppo-atari-check": Grid("ppo-atari5", ("--scale", "0.1", "--labels", "PPO", "PPO+ABS"),
                                  ("Breakout-v5", "Qbert-v5"),
                                  (1,), ("PPO", "PPO+ABS"), 8e6),
@@ -62,7 +53,7 @@ def report_command(name: str) -> list[str]:
     """The command that wrote results/<name>/report.md, run from the repository root; --out last."""
     g = GRIDS[name]
     return ["reproduce/sweep.py", "report", g.experiment, *g.flags, "--root", f"results/{name}/runs",
-            "--games", *g.games, "--seeds", *map(str, g.all_seeds()), "--out"]
+            "--games", *g.games, "--seeds", *map(str, g.seeds), "--out"]
 
 
 @pytest.mark.parametrize("grid", GRIDS)
@@ -70,7 +61,7 @@ def test_published_grid_holds_every_run_and_no_checkpoint(grid):
     g = GRIDS[grid]
     for label in g.labels:
         for game in g.games:
-            for seed in g.seeds_of(game):
+            for seed in g.seeds:
                 run = ROOT / "results" / grid / "runs" / g.experiment / label / f"{game}__{seed}"
                 assert (run / "eval_results.json").is_file(), run
                 assert list(run.glob("events.out.tfevents.*")), run
@@ -109,7 +100,7 @@ def test_report_is_regenerated_from_the_committed_runs(regenerated, grid):
     g = GRIDS[grid]
     for label in g.labels:
         data = next(ln for ln in fresh if ln.startswith(f"| {label} |"))
-        per_game = ", ".join(f"{game.split('-v')[0]}: {len(g.seeds_of(game))}" for game in g.games)
+        per_game = ", ".join(f"{game.split('-v')[0]}: {len(g.seeds)}" for game in g.games)
         assert (f"| {g.runs() // len(g.labels)} | {len(g.games)} of {len(g.games)} | {per_game} | none |"
                 in data), data
     # none skipped or left out, but the comparisons of labels the grid did not run (a --labels subset)
@@ -121,17 +112,16 @@ def test_report_is_regenerated_from_the_committed_runs(regenerated, grid):
 
 @pytest.mark.parametrize("grid", [name for name, g in GRIDS.items() if g.experiment == "mujoco"])
 def test_mujoco_reports_say_what_smallest_p_their_seeds_allow(regenerated, grid):
-    """Per group of tasks with n seeds a side: with 3 vs 3 no p can be below 0.10 (2 of the C(6, 3) = 20 splits give
+    """With n seeds a side on every task: with 3 vs 3 no p can be below 0.10 (2 of the C(6, 3) = 20 splits give
     the largest difference), with 10 vs 10 it can be 2 / 184,756."""
     fresh = (regenerated(grid) / "report.md").read_text()
     g = GRIDS[grid]
     hand = {3: "0.10 (2 of 20 relabellings): no difference can reach p < 0.05.",
             10: "1.1e-05 (2 of 184,756 relabellings), below 0.05."}
-    for n in {len(g.seeds_of(t)) for t in g.games}:
-        tasks = ", ".join(t.split("-v")[0] for t in g.games if len(g.seeds_of(t)) == n)
-        statement = f"- PPO+ABS vs PPO ({tasks}): with {n} vs {n} runs the smallest possible p is {hand[n]}"
-        # evaluation, final training return, early return, late variance, whole-run return
-        assert fresh.count(statement) == 5, statement
+    n, tasks = len(g.seeds), ", ".join(t.split("-v")[0] for t in g.games)
+    statement = f"- PPO+ABS vs PPO ({tasks}): with {n} vs {n} runs the smallest possible p is {hand[n]}"
+    # evaluation, final training return, early return, late variance, whole-run return
+    assert fresh.count(statement) == 5, statement
 
 
 @pytest.mark.parametrize("grid", [name for name, g in GRIDS.items() if g.experiment == "mujoco"])
@@ -194,14 +184,15 @@ def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(r
 def test_mujoco_5m_page_says_every_number_mujoco_page_lists(regenerated):
     """The 5M page's text says, each in its section, every number reproduce/mujoco_page.py lists from the
     regenerated report, adapt_by_game.csv, the runs' events and their eval_results.json (the seeds' spread, seeds
-    1-3 and 4-10 alone, the schedule table, the divergence counts, the machine time)."""
+    1-3 and 4-10 alone, HalfCheetah's fast-gait runs, the schedule table, the divergence counts, the machine time)."""
     import mujoco_page
     md = (regenerated("mujoco-5m") / "report.md").read_text()
     page = (ROOT / "docs" / "results-mujoco-5m.md").read_text()
     listed = mujoco_page.facts(md, ROOT / "results" / "mujoco-5m")
     complete = mujoco_page.complete_tasks(md)
-    assert complete == [t for t in mujoco_page.TASKS if len(GRIDS["mujoco-5m"].seeds_of(f"{t}-v4")) == 10]
-    assert sum(where == mujoco_page.task_heading(t) for where, _, _ in listed for t in complete) == 9 * len(complete)
+    assert complete == list(mujoco_page.TASKS)
+    per_task = {t: sum(where == mujoco_page.task_heading(t) for where, _, _ in listed) for t in complete}
+    assert per_task == {t: 11 if t == "HalfCheetah" else 10 for t in complete}  # HalfCheetah: its fast-gait runs too
     assert not mujoco_page.missing(page, listed), "run: python reproduce/mujoco_page.py --check"
 
 
@@ -230,7 +221,7 @@ def test_mujoco_5m_evaluation_table_matches_an_independent_computation(regenerat
     def one(x):  # the report's number format: one decimal from 10 in size, three below
         return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
     for task in TASKS:
-        seeds, task_seeds = {}, GRIDS["mujoco-5m"].seeds_of(task)
+        seeds, task_seeds = {}, GRIDS["mujoco-5m"].seeds
         n = len(task_seeds)
         for label in LABELS:
             runs = ROOT / "results" / "mujoco-5m" / "runs" / "mujoco" / label
@@ -453,26 +444,19 @@ def test_ess_study_figure_data_is_regenerated_from_the_committed_runs(study, nam
 
 
 def test_seeds_4_to_10_of_mujoco_5m_are_whole_and_listed():
-    """results/mujoco-5m-pending holds finished runs of seeds 4-10 until their task is complete, results/mujoco-5m
-    those of complete tasks: each with its evaluation, events and log, no checkpoint, and the README of its directory
-    lists each with the numbers of its eval_results.json."""
-    pending = ROOT / "results" / "mujoco-5m-pending"
-    readme = " ".join((pending / "README.md").read_text().split())
-    results = sorted((pending / "runs" / "mujoco").glob("*/*/eval_results.json"))
-    if not results:  # between a task's publication and the next task's first finished run
-        assert "No run is pending now" in readme
+    """Seeds 4-10 of results/mujoco-5m, 42 runs: each with its evaluation, events and log, no checkpoint, and the
+    README of the directory lists each with the numbers of its eval_results.json."""
     published = ROOT / "results" / "mujoco-5m"
     later = [p for p in sorted((published / "runs" / "mujoco").glob("*/*/eval_results.json"))
              if int(p.parent.name.split("__")[1]) >= 4]
-    assert len(later) == 2 * 7 * sum(len(GRIDS["mujoco-5m"].seeds_of(t)) > 3 for t in TASKS)  # whole tasks only
-    published_readme = " ".join((published / "README.md").read_text().split())
-    for path in results + later:
-        listing = published_readme if path in later else readme
+    assert len(later) == 2 * 7 * len(TASKS)
+    readme = " ".join((published / "README.md").read_text().split())
+    for path in later:
         run, r = path.parent, json.loads(path.read_text())
         label, (task, seed) = run.parent.name, run.name.split("__")
         assert label in LABELS and task in TASKS and int(seed) >= 4 and r["global_step"] >= 5_000_000
         assert list(run.glob("events.out.tfevents.*")) and (run.parent / "logs" / f"{run.name}.log").is_file()
         said = (f"{label}, {task}, seed {seed}: {r['eval']['mean']:.1f} at {r['global_step']:,} steps, "
                 f"{r['train_seconds']:,.0f} s of training")
-        assert said in listing, said
-    assert not [p for p in pending.rglob("*") if p.suffix == ".pt" or p.name == ".lock"]
+        assert said in readme, said
+    assert not [p for p in published.rglob("*") if p.suffix == ".pt" or p.name == ".lock"]
