@@ -86,12 +86,11 @@ def task_facts(md: str, results: Path, task: str) -> list[tuple[str, str, str]]:
     share = f"{100 * lo / xb.mean():+.0f}% to {100 * hi / xb.mean():+.0f}%"
     out.append((here, "Welch's interval, and as a share of PPO's mean",
                 f"between {signed(lo)} and {signed(hi)} (about {share} of PPO's {xb.mean():.0f})"))
-    d, d_lo, d_hi, _ = welch_interval([a[s] for s in FIRST], [b[s] for s in FIRST])
-    p = permutation_p([a[s] for s in FIRST], [b[s] for s in FIRST])[0]
+    a3, b3 = [a[s] for s in FIRST], [b[s] for s in FIRST]
+    d, d_lo, d_hi, _ = welch_interval(a3, b3)
     out.append((here, "seeds 1-3 alone (Welch 95%, exact permutation p)",
-                f"Seeds 1-3 gave {signed(d)} [{d_lo:.0f}, {d_hi:.0f}] (p = {p:.2f})"))
-    out.append((here, "seeds 1-3 alone, Hedges' g",
-                f"(Hedges' g {hedges_g([a[s] for s in FIRST], [b[s] for s in FIRST]):.2f})"))
+                f"Seeds 1-3 gave {signed(d)} [{d_lo:.0f}, {d_hi:.0f}] (p = {permutation_p(a3, b3)[0]:.2f})"))
+    out.append((here, "seeds 1-3 alone, Hedges' g", f"(Hedges' g {hedges_g(a3, b3):.2f})"))
     later = np.mean([a[s] for s in LATER]) - np.mean([b[s] for s in LATER])
     out.append((here, "seeds 4-10 alone", f"Seeds 4-10 alone give {signed(later)}"))
     higher = sum(a[s] > b[s] for s in LATER)
