@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
-BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco")
+BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco", "minatar")
+MINATAR = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar")
 RETURN_TAG = "charts/episodic_return"
 # PQN/BTR: greedy-action change; PPO: KL, or 1 - ESS/n of the policy ratios (--divergence ess)
 DIVERGENCE_TAGS = ("adapt/divergence", "adapt/kl", "adapt/divergence_ess")
@@ -41,6 +42,8 @@ def benchmark_games(benchmark: str, table: dict) -> list[str] | None:
     """The benchmark's games; None for mujoco (any non-Atari environment)."""
     if benchmark == "mujoco":
         return None
+    if benchmark == "minatar":  # abs_pqn_minatar.py's five games
+        return list(MINATAR)
     return sorted(g for g, s in table.items() if benchmark == "atari57" or s[benchmark])
 
 
