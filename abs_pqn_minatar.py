@@ -467,7 +467,6 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
     return U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, CHECKPOINT_STATE, argv)
 
 
-
 @torch.no_grad()
 def evaluate(q_network, args, seed, device):
     """--eval-episodes games, epsilon-greedy (--eval-epsilon), each of the evaluation's games playing an equal share

@@ -33,7 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {os.path.join(ROOT, s) for s in ("abs_pqn_atari.py", "gns_pqn_atari.py", "abs_ppo_atari.py",
-                                           "abs_ppo_mujoco.py", "abs_btr.py")}
+                                           "abs_ppo_mujoco.py", "abs_btr.py", "abs_pqn_minatar.py")}
 # Read by the process itself, not at import: not part of a server's identity.
 PER_RUN = {"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST"}
 MAX_SERVERS = 3
@@ -43,6 +43,10 @@ MESSAGE = 1 << 20
 # ================================================================ the server (run as `python preloaded.py <fd>`)
 def preload():
     import envpool  # noqa: F401 (and gymnasium)
+    try:
+        import minatar  # noqa: F401 (and seaborn, about 2 s)
+    except ImportError:  # a machine without it: abs_pqn_minatar.py says so in one line itself
+        pass
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 (what the first optimizer imports)

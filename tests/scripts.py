@@ -1,4 +1,4 @@
-"""The five training scripts and the tiny runs the tests start them with: the one table of them.
+"""The six training scripts and the tiny runs the tests start them with: the one table of them.
 
 Each test file takes its commands from here: the machinery every script shares (tests/test_runs_all_scripts.py,
 test_hardening_runs.py, test_stop_at_step.py), each script's own tests (test_<script>.py) and the device checks
@@ -92,6 +92,16 @@ SCRIPTS = {s.file: s for s in [
            safe=("--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--num-envs", "8", "--buffer-size",
                  "4096", "--learning-starts", "400", "--total-timesteps", "8", "--eval-episodes", "0"),
            other_env="HalfCheetah-v5"),
+    Script("abs_pqn_minatar.py", "q_network",
+           fixed=("--env-id", "Breakout-MinAtar", "--num-envs", "8", "--num-minibatches", "2", "--no-adapt",
+                  "--num-steps", "4", "--total-timesteps", "64", *ATARI_EVAL),
+           # L in [4, 16], a measurement every iteration and a window of 2 so that L moves
+           adaptive=("--env-id", "Breakout-MinAtar", "--num-envs", "8", "--num-minibatches", "2", "--num-steps-min",
+                     "4", "--num-steps-max", "16", "--adapt-freq", "1", "--window", "2", "--ref-batch-size", "64",
+                     "--eval-episodes", "2", "--eval-num-envs", "2", "--eval-max-episode-steps", "150",
+                     "--log-every-seconds", "0"),
+           safe=("--num-envs", "8", "--num-minibatches", "2", "--total-timesteps", "8", "--eval-episodes", "0"),
+           other_env="Breakout-v5"),
 ]}
 # The script that also runs the cases abs_utils handles alike for every script (a check written once there).
 GENERIC = "abs_pqn_atari.py"

@@ -22,6 +22,7 @@ from scripts import SCRIPTS  # the scripts (tests/scripts.py)
 
 PQN, GNS, BTR = "abs_pqn_atari.py", "gns_pqn_atari.py", "abs_btr.py"
 PPO_ATARI, PPO_MUJOCO = "abs_ppo_atari.py", "abs_ppo_mujoco.py"
+MINATAR = "abs_pqn_minatar.py"
 ALL = list(SCRIPTS)
 ATARI = [PQN, GNS, PPO_ATARI, BTR]
 
@@ -44,7 +45,7 @@ def definitions(script) -> dict:
 
 
 DEFINITIONS = {script: definitions(script) for script in SCRIPTS}
-assert set(DEFINITIONS) == {PQN, GNS, PPO_ATARI, PPO_MUJOCO, BTR}
+assert set(DEFINITIONS) == {PQN, GNS, PPO_ATARI, PPO_MUJOCO, BTR, MINATAR}
 
 
 def difference(name, a, b) -> str:
@@ -58,23 +59,25 @@ COPIES = {
     "SCRIPT": [ALL],
     "round_half_up": [ALL],
     "parse_args": [ALL],  # the flags: abs_utils.parse_args with the script's Args, rows and checkpoint keys
-    "divergence_to_length": [[PQN, PPO_ATARI, PPO_MUJOCO, BTR]],
-    "ABSScheduler": [[PQN, BTR], [PPO_ATARI, PPO_MUJOCO]],
-    "measures_in": [[PQN], [PPO_ATARI, PPO_MUJOCO]],
-    "update_epochs_for": [[PQN, GNS], [PPO_ATARI], [PPO_MUJOCO]],
-    "behavioral_divergence": [[PQN, BTR]],
+    "divergence_to_length": [[PQN, PPO_ATARI, PPO_MUJOCO, BTR, MINATAR]],
+    "ABSScheduler": [[PQN, BTR, MINATAR], [PPO_ATARI, PPO_MUJOCO]],
+    "measures_in": [[PQN, MINATAR], [PPO_ATARI, PPO_MUJOCO]],
+    "update_epochs_for": [[PQN, GNS, MINATAR], [PPO_ATARI], [PPO_MUJOCO]],
+    "behavioral_divergence": [[PQN, BTR, MINATAR]],
     "multiples_in": [[PPO_ATARI, PPO_MUJOCO]],
-    "learning_rate_at": [[PQN, GNS], [PPO_ATARI, PPO_MUJOCO]],
-    "linear_schedule": [[PQN, GNS, BTR]],
-    "select_actions": [[PQN, GNS, BTR]],
-    "autocast": [[PQN, GNS, BTR]],
+    "learning_rate_at": [[PQN, GNS, MINATAR], [PPO_ATARI, PPO_MUJOCO]],
+    "linear_schedule": [[PQN, GNS, BTR, MINATAR]],
+    "select_actions": [[PQN, GNS, BTR, MINATAR]],
+    "autocast": [[PQN, GNS, BTR, MINATAR]],
     "make_envs": [ATARI],
     "is_atari": [ATARI],
     "evaluate": [[PQN, GNS], [BTR], [PPO_ATARI]],
     # gns_pqn_atari.py is abs_pqn_atari.py with ABS's controller replaced by GNS's: the rest is PQN's, as is
-    **{name: [[PQN, GNS]] for name in ["NetworkConfig", "NETWORKS", "RUN_CONTROL_FLAGS", "CHECKPOINT_STATE",
-                                        "q_lambda_returns", "nature_cnn", "ResidualBlock", "QNetwork", "Rollout",
-                                        "pqn_update"]},
+    **{name: [[PQN, GNS]] for name in ["NetworkConfig", "NETWORKS", "RUN_CONTROL_FLAGS", "nature_cnn",
+                                        "ResidualBlock", "QNetwork"]},
+    # abs_pqn_minatar.py is abs_pqn_atari.py's PQN + ABS on MinAtar: its PQN parts are copies, the network and the
+    # environments its own
+    **{name: [[PQN, GNS, MINATAR]] for name in ["CHECKPOINT_STATE", "q_lambda_returns", "Rollout", "pqn_update"]},
     # abs_ppo_atari.py is abs_ppo_mujoco.py's PPO on Atari (CleanRL's ppo_atari_envpool.py): its PPO parts are copies
     **{name: [[PPO_ATARI, PPO_MUJOCO]] for name in ["layer_init", "ppo_update"]},
     "gae": [[PPO_ATARI], [PPO_MUJOCO]],
@@ -172,7 +175,8 @@ DIFFERENCES = {
 OWN = {
     "Args": dict.fromkeys(ALL, "each script's flags, defaults and docstrings"),
     "flag_problems": dict.fromkeys(ALL, "each script's flag domains"),
-    "RUN_CONTROL_FLAGS": dict.fromkeys([PPO_ATARI, PPO_MUJOCO, BTR], "the flags a resume takes from its command line"),
+    "RUN_CONTROL_FLAGS": dict.fromkeys([PPO_ATARI, PPO_MUJOCO, BTR, MINATAR],
+                                       "the flags a resume takes from its command line"),
     "CHECKPOINT_STATE": dict.fromkeys([PPO_ATARI, PPO_MUJOCO, BTR], "the script's part of a checkpoint"),
     "behavioral_divergence": {PPO_MUJOCO: "the mean KL of the Gaussian policies, not the greedy-action change"},
     "Agent": {PPO_ATARI: "CleanRL's Nature-CNN actor-critic over frames",
@@ -182,7 +186,9 @@ OWN = {
     "Rollout": {PPO_ATARI: "PPO's storage of frames (log-probabilities, dones, values)",
                 PPO_MUJOCO: "PPO's storage of float observations and continuous actions"},
     "make_envs": {PPO_MUJOCO: "gymnasium's MuJoCo tasks with shared normalisation statistics, not envpool"},
-    "evaluate": {PPO_MUJOCO: "MuJoCo episodes with the training's frozen observation statistics"},
+    "evaluate": {PPO_MUJOCO: "MuJoCo episodes with the training's frozen observation statistics",
+                 MINATAR: "MinAtar games (no lives, no FIRE, no protocol choice)"},
+    "QNetwork": {MINATAR: "purejaxql's MinAtar network (3x3 conv, 128 units), not the Nature CNN"},
 }
 
 

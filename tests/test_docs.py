@@ -133,8 +133,8 @@ def test_checker_finds_a_broken_link(tmp_path):
 
 # ---------------------------------------------------------------- tables that restate the code stay equal to it
 SCRIPTS = {"PQN": "abs_pqn_atari.py", "GNS": "gns_pqn_atari.py", "PPO": "abs_ppo_mujoco.py", "BTR": "abs_btr.py",
-           "PPO-Atari": "abs_ppo_atari.py"}
-PAGES_OF = {"PQN": "pqn.md", "GNS": "gns.md", "PPO": "ppo.md", "BTR": "btr.md"}
+           "PPO-Atari": "abs_ppo_atari.py", "PQN-MinAtar": "abs_pqn_minatar.py"}
+PAGES_OF = {"PQN": "pqn.md", "GNS": "gns.md", "PPO": "ppo.md", "BTR": "btr.md", "PQN-MinAtar": "minatar.md"}
 TAG = re.compile(r"^(?:charts|losses|adapt|perf|eval)/[A-Za-z_*]+$")
 
 
@@ -236,6 +236,7 @@ OTHER_SETTINGS = {
     "gns.md": {"--gns-timing after", "--gns-micro-batching contiguous", "--gns-start-steps 32"},
     "ppo.md": {"--divergence ess"},
     "btr.md": {"--epsilon-schedule linear", "--maxpool-size 0", "--epsilon-off-fraction 1"},
+    "minatar.md": {"--obs-divisor 255"},
 }
 
 

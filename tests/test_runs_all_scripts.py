@@ -1,4 +1,4 @@
-"""The run machinery every script shares, tested once for all five (tests/scripts.py is their table):
+"""The run machinery every script shares, tested once for all six (tests/scripts.py is their table):
 
 - SIGTERM during training checkpoints and exits 143; --resume alone finishes the run with every flag of the first
   one, its schedules carried across the stop; a new run with the same --run-name is refused;
@@ -97,6 +97,10 @@ STOPPED_RUNS = {
         [*SCRIPTS["abs_btr.py"].adaptive, *CPU, "--no-impala"], 480, 8, "charts/epsilon",
         lambda m, s, s0, total: m.exploration_epsilon(s - 8, "geometric", 1.0, 0.01, 400,
                                                       m.epsilon_off_step(total, 0.5, 400, True))),
+    "abs_pqn_minatar.py": StoppedRun(
+        [*SCRIPTS["abs_pqn_minatar.py"].adaptive, *CPU, "--exploration-fraction", "1.0", "--adapt-freq", "3"], 512,
+        8 * 16, "charts/epsilon", lambda m, s, s0, total: m.linear_schedule(1.0, 0.05, total, s - 8),
+        "adapt/divergence"),
 }
 
 

@@ -21,6 +21,7 @@ MOVING = {  # script -> flags that make its schedules move over the whole run (o
     "abs_ppo_atari.py": [],  # the learning rate anneals by default
     "abs_ppo_mujoco.py": [],
     "abs_btr.py": ["--exploration-steps", "400", "--target-network-frequency", "10", "--scalar-every", "1"],
+    "abs_pqn_minatar.py": ["--exploration-fraction", "1.0"],  # the learning rate anneals by default
 }
 TOTAL, STOP = 640, 320  # a stop mid-way
 SCHEDULES = ("charts/epsilon", "charts/learning_rate", "charts/per_beta")

@@ -30,7 +30,7 @@ if [ "$REHEARSE" = 1 ]; then
   say "rehearsal: fresh venv $VENV"
   python3 -m venv "$VENV" || exit 1
   # (envpool imports matplotlib at import time, for Jumanji's rendering; the GPU machine has it)
-  "$VENV/bin/python" -m pip install -q torch==2.13.0 'numpy>=1.26,<3' tensorboard pytest pytest-xdist matplotlib \
+  "$VENV/bin/python" -m pip install -q torch==2.13.0 'numpy>=1.26,<3' tensorboard pytest pytest-xdist matplotlib seaborn pandas \
     pillow absl-py attrs wrapt cloudpickle packaging typing-extensions >"$WORK/pip.log" 2>&1 \
     || { cat "$WORK/pip.log"; exit 1; }
   PY=$VENV/bin/python
