@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside it, however it is started
 import runs  # noqa: E402
+from batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis  # noqa: E402
+from batch_claims_section import batch_claims_section  # noqa: E402
 from cli import Parser  # noqa: E402
 from events import load_events  # noqa: E402
 from figure_data import FigureData, figure_data  # noqa: E402
@@ -44,7 +46,7 @@ from measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggr
                       final_training_return, hns_values, improvement_rates, is_preregistered, machine_time,
                       near_constant_evaluations, normalized, not_reached, per_seed, preregistered, trend_counts)
 from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
-                  load_atari_scores, out_problem, reference_pairs)
+                  load_atari_scores, load_minatar_random, out_problem, reference_pairs)
 from preregistered_section import preregistered_section  # noqa: E402
 from sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
@@ -79,6 +81,7 @@ class Measured:
     times: dict  # measures.machine_time
     figures: FigureData
     preregistered: Preregistered | None  # the analysis fixed before the runs (measures.MUJOCO_5M), for its runs
+    batch_claims: BatchAnalysis | None  # the MinAtar study's (batch_claims.MINATAR_BATCHES), for its runs
 
 
 def measure(f: Frame, table: dict, args) -> Measured:
@@ -112,7 +115,9 @@ def measure(f: Frame, table: dict, args) -> Measured:
         final=final, early_late=el, trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates,
         times=machine_time(data, games),
         figures=figure_data(data, games, rates, args.bins, burn, evaluation if plan else None),
-        preregistered=analysis)
+        preregistered=analysis,
+        batch_claims=batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed)
+        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None)
 
 
 def write_report(data, games, notes, args, table) -> Path:
@@ -135,6 +140,7 @@ def write_report(data, games, notes, args, table) -> Path:
           "and an exact permutation p. *n* = runs a number rests on.", ""]
     md += data_section(f, notes, args.runs, m.capped, m.constant)
     md += preregistered_section(m.preregistered) if m.preregistered else []
+    md += batch_claims_section(m.batch_claims) if m.batch_claims else []
     md += aggregate_section(m.agg, m.agg_notes + [f"{g}: every evaluation episode of every run was cut at the step "
                                                   "cap (see Data); its score here is that of games cut short"
                                                   for g in m.capped[1]], games, table, f.at)

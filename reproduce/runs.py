@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 SCORES_CSV = Path(__file__).resolve().with_name("atari57_scores.csv")
+MINATAR_RANDOM_CSV = Path(__file__).resolve().with_name("minatar_random.csv")
 BENCHMARKS = ("atari10", "atari5", "atari57", "mujoco", "minatar")
 MINATAR = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar")
 RETURN_TAG = "charts/episodic_return"
@@ -31,6 +32,12 @@ def load_atari_scores(path: Path = SCORES_CSV) -> dict[str, dict]:
         return {r["game"]: {"random": float(r["random"]), "human": float(r["human"]),
                             "atari10": r["atari10"] == "1", "atari5": r["atari5"] == "1"}
                 for r in csv.DictReader(f)}
+
+
+def load_minatar_random(path: Path = MINATAR_RANDOM_CSV) -> dict[str, float]:
+    """game -> a uniformly random policy's mean return on it (reproduce/minatar_random.py's CSV)."""
+    with open(path, newline="") as f:
+        return {r["game"]: float(r["random"]) for r in csv.DictReader(f)}
 
 
 def game_of(env_id: str) -> str:

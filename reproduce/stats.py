@@ -1,7 +1,8 @@
 """The report's statistics: arrays and numbers in, numbers out; no file is read and no text is written here.
 
 - scores: the human-normalised score and the improvement rates (the paper's form and a robust one);
-- across games: the rliable aggregates (IQM, median, mean, optimality gap) and their stratified bootstrap;
+- across games: the rliable aggregates (IQM, median, mean, optimality gap), the probability of improvement, and
+  their stratified bootstrap;
 - across the few runs of one game: the Student-t interval of a mean, Welch's interval of a difference of means
   (scipy's `ttest_1samp` and `ttest_ind(equal_var=False)`), the exact two-sided permutation p, Hedges' g; across
   tests, Holm's adjusted p-values and the Bonferroni bound;
@@ -67,6 +68,12 @@ def aggregate(scores: np.ndarray) -> np.ndarray:
     """(runs x games) scores -> [IQM, median, mean, optimality gap] (measures.AGGREGATES names them)."""
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
                      metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """rliable's P(X > Y): per game (column) the share of (run of X, run of Y) pairs in which X's score is higher,
+    ties counting one half, averaged over the games."""
+    return float(metrics.probability_of_improvement(np.asarray(x, dtype=float), np.asarray(y, dtype=float)))
 
 
 def bootstrap_ci(score_dict: dict[str, np.ndarray], func=aggregate, reps: int = 2000, seed: int = 0,

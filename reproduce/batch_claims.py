@@ -1,0 +1,141 @@
+"""The MinAtar study's pre-registered analysis of the paper's batch claims (docs/results-minatar-batches.md, "The
+analysis, fixed before the runs"), from the report's measures: numbers in, numbers out; the section that words them is
+batch_claims_section.py, the random policy's returns come from runs.load_minatar_random.
+
+Per game and fixed label F: ABS - F with Welch's interval, the exact permutation p and Hedges' g, the p adjusted over
+every (game, F) test (Holm's once all are complete, the Bonferroni bound before), and the per-game decision. Across
+games, once every run is in: the normalised score (return - random) / (Vanilla's mean - random), its IQM per label
+and rliable's probability of improvement of ABS over each F, each with its 95% stratified bootstrap interval, and the
+claim's decision."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from runs import MINATAR
+from stats import Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, probability_of_improvement
+
+BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
+
+
+class BatchPlan(NamedTuple):
+    """An analysis of one reference label against fixed baselines on several games, fixed before its runs ran."""
+    benchmark: str
+    total_timesteps: int
+    reference: str  # the tested label (ABS)
+    baselines: tuple  # the fixed labels it is tested against
+    tasks: tuple  # the games
+    seeds: tuple  # a (game, label) cell is complete with exactly these seeds
+    alpha: float
+    normaliser: str  # the label whose mean return is a game's 1 of the normalised score
+    min_gap: float  # a game whose normaliser's mean is less than this above random is left out of the aggregate
+    source: str
+
+
+MINATAR_BATCHES = BatchPlan("minatar", 10_000_000, "ABS", ("Small", "Vanilla", "Large"), MINATAR,
+                            tuple(range(1, 11)), 0.05, "Vanilla", 1.0,
+                            "docs/results-minatar-batches.md, \"The analysis, fixed before the runs\"")
+
+
+class PairTest(NamedTuple):
+    game: str
+    baseline: str
+    complete: bool  # both cells have exactly the plan's seeds
+    difference: Difference | None  # reference - baseline, when complete
+    g: float  # Hedges' g
+    adjusted: float  # over every test of the plan (Holm, or the Bonferroni bound while some are incomplete)
+    decision: str  # BEATS, WORSE, NONE or INCOMPLETE
+
+
+class Claim(NamedTuple):
+    baseline: str
+    poi: tuple  # (point, lo, hi) of P(reference > baseline); NaNs before every run is in
+    better: list  # the games the reference beats it on
+    worse: list  # the games the reference is worse on
+    decision: str
+
+
+class BatchAnalysis(NamedTuple):
+    plan: BatchPlan
+    tests: list  # PairTest per (baseline, game), baseline-major
+    holm: bool  # every test complete: the adjusted p are Holm's
+    random: dict  # game -> the random policy's mean return
+    normalisers: dict  # game -> the normaliser's mean return (complete games)
+    left_out: list  # games left out of the aggregate (normaliser within min_gap of random)
+    iqm: dict  # label -> (point, lo, hi) of the normalised score's IQM; empty before every run is in
+    claims: list  # Claim per baseline
+
+
+def applies(plan: BatchPlan, benchmark, data: dict, pairs) -> bool:
+    """A report's runs are this plan's: its benchmark, every (reference, baseline) pair compared, and every run
+    complete at the plan's length."""
+    runs = [r for by_game in data.values() for by_seed in by_game.values() for r in by_seed.values()]
+    wanted = {(plan.reference, b) for b in plan.baselines}
+    return (benchmark == plan.benchmark and wanted <= {tuple(p) for p in pairs} and bool(runs)
+            and all(r.complete and r.total_timesteps == plan.total_timesteps for r in runs))
+
+
+def cell(evaluation: Compared, game: str, label: str) -> list | None:
+    """A (game, label) cell's values in the plan's seed order, or None when it lacks some seed or has another."""
+    s = evaluation.seeds.get((game, label))
+    return None if s is None else [s.values[k] for k in sorted(s.values)]
+
+
+def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: int = 2000,
+                   seed: int = 0) -> BatchAnalysis:
+    """The plan's analysis of the evaluation return compared by the report (stats.compare, the reference against
+    every baseline), with random: game -> a random policy's mean return."""
+    ref = plan.reference
+
+    def complete(game, label):
+        s = evaluation.seeds.get((game, label))
+        return s is not None and tuple(sorted(s.values)) == tuple(plan.seeds)
+    tests = []
+    for b in plan.baselines:
+        for game in plan.tasks:
+            ok = complete(game, ref) and complete(game, b)
+            d = next((d for d in evaluation.differences if (d.game, d.a, d.b) == (game, ref, b)), None) if ok else None
+            g = hedges_g(cell(evaluation, game, ref), cell(evaluation, game, b)) if ok else float("nan")
+            tests.append(PairTest(game, b, ok, d, g, float("nan"), INCOMPLETE))
+    done = [t for t in tests if t.complete]
+    every = len(done) == len(tests)
+    adjusted = holm([t.difference.p for t in done]) if every else [bonferroni(t.difference.p, len(tests)) for t in done]
+    by_key = {(t.game, t.baseline): p for t, p in zip(done, adjusted)}
+    tests = [t._replace(adjusted=by_key[(t.game, t.baseline)],
+                        decision=NONE if by_key[(t.game, t.baseline)] >= plan.alpha else
+                        BEATS if t.difference.diff > 0 else WORSE) if t.complete else t for t in tests]
+
+    labels = (ref, *plan.baselines)
+    normalisers = {g: float(np.mean(cell(evaluation, g, plan.normaliser))) for g in plan.tasks
+                   if complete(g, plan.normaliser)}
+    left_out = [g for g, v in normalisers.items() if v - random[g] < plan.min_gap]
+    used = [g for g in plan.tasks if g in normalisers and g not in left_out]
+    nan3 = (float("nan"),) * 3
+    iqms, pois = {}, {b: nan3 for b in plan.baselines}
+    if every and all(complete(g, lb) for g in plan.tasks for lb in labels) and used:
+        def matrix(label):  # runs x games, normalised
+            return np.array([[(v - random[g]) / (normalisers[g] - random[g]) for v in cell(evaluation, g, label)]
+                             for g in used]).T
+        m = {lb: matrix(lb) for lb in labels}
+        point, ci = bootstrap_ci(m, func=lambda s: np.array([iqm(s)]), reps=reps, seed=seed)
+        iqms = {lb: (float(point[lb][0]), float(ci[lb][0][0]), float(ci[lb][1][0])) for lb in labels}
+        point, ci = bootstrap_ci({b: [m[ref], m[b]] for b in plan.baselines},
+                                 func=lambda x, y: np.array([probability_of_improvement(x, y)]), reps=reps, seed=seed)
+        pois = {b: (float(point[b][0]), float(ci[b][0][0]), float(ci[b][1][0])) for b in plan.baselines}
+    claims = []
+    for b in plan.baselines:
+        mine = [t for t in tests if t.baseline == b]
+        better = [t.game for t in mine if t.decision == BEATS]
+        worse = [t.game for t in mine if t.decision == WORSE]
+        point, lo, hi = pois[b]
+        if not every or not np.isfinite(point):
+            decision = INCOMPLETE
+        elif lo > 0.5 and not worse:
+            decision = BEATS
+        elif hi < 0.5 or (worse and not better):
+            decision = WORSE
+        else:
+            decision = NONE
+        claims.append(Claim(b, pois[b], better, worse, decision))
+    return BatchAnalysis(plan, tests, every, dict(random), normalisers, left_out, iqms, claims)

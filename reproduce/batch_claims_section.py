@@ -1,0 +1,79 @@
+"""The report's "Pre-registered analysis: the batch claims" section, from batch_claims.batch_analysis's numbers alone
+(nothing is computed here), worded as docs/results-minatar-batches.md fixes it, with tables.py's formats."""
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+
+from batch_claims import BEATS, INCOMPLETE, NONE, WORSE, BatchAnalysis
+from tables import fmt, fmt_p, md_table, welch_text
+
+
+def interval(x: tuple) -> str:
+    point, lo, hi = x
+    return "–" if not np.isfinite(point) else f"{point:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def games_text(games: list) -> str:
+    return ", ".join(games) or "none"
+
+
+def claim_sentence(c, ref: str) -> str:
+    b = c.baseline
+    if c.decision == INCOMPLETE:
+        return f"{ref} against {b}: not decided (some runs are not in)"
+    why = (f"P({ref} > {b}) = {interval(c.poi)}; {ref} beats {b} on {len(c.better)} of the games "
+           f"({games_text(c.better)}) and is worse on {len(c.worse)} ({games_text(c.worse)})")
+    if c.decision == BEATS:
+        return f"**{ref} beats {b}**: {why}"
+    if c.decision == WORSE:
+        return f"**{ref} is worse than {b}**: {why}"
+    return f"**no difference could be seen between {ref} and {b}**: {why}"
+
+
+def batch_claims_section(ba: BatchAnalysis) -> list[str]:
+    plan, ref = ba.plan, ba.plan.reference
+    m, n = len(ba.tests), len(plan.seeds)
+    md = ["## Pre-registered analysis: the batch claims", "",
+          f"The analysis fixed before the runs ({plan.source}), applied as written there to the runs of "
+          f"{plan.total_timesteps:,} steps. Primary outcome: each run's evaluation return (\"Per-game evaluation "
+          f"return\"). Tests: per game and fixed label F ({', '.join(plan.baselines)}), the exact two-sided "
+          f"permutation p of the difference of means {ref} − F over all C({2 * n}, {n}) = {comb(2 * n, n):,} splits "
+          f"of the game's {2 * n} runs; Holm's adjustment over the {m} tests at alpha = {plan.alpha:g} (until all are "
+          f"complete, the Bonferroni bound min(1, {m}p)). Per game: adjusted p < {plan.alpha:g} and a positive "
+          f"difference: \"{ref} beats F on GAME\"; negative: \"{ref} is worse than F on GAME\"; otherwise no "
+          "difference could be seen.", ""]
+    rows = []
+    for t in ba.tests:
+        d = t.difference
+        if not t.complete:
+            rows.append([t.game, t.baseline, *["–"] * 5, "incomplete"])
+            continue
+        rows.append([t.game, t.baseline, fmt(d.diff), welch_text(d), fmt_p(d.p), fmt_p(t.adjusted),
+                     f"{t.g:.2f}" if np.isfinite(t.g) else "–",
+                     {BEATS: f"{ref} beats {t.baseline}", WORSE: f"{ref} is worse", NONE: "no difference"}[t.decision]])
+    md += [md_table(["game", "F", f"{ref} − F", "Welch 95% CI", "permutation p", "adjusted p", "Hedges' g",
+                     "decision"], rows), ""]
+    done = sum(t.complete for t in ba.tests)
+    md.append(f"Adjusted p: Holm's, over the {m} tests (all complete)." if ba.holm else
+              f"Adjusted p: {done} of the {m} tests complete, so each one's is the Bonferroni bound min(1, {m}p); "
+              f"Holm's once all {m} are.")
+    md += ["", "### Across games", "",
+           f"Normalised score: (return − random) / ({plan.normaliser}'s mean − random) per game; random is a "
+           "uniformly random policy's mean return (`reproduce/minatar_random.csv`). A game whose "
+           f"{plan.normaliser} mean is less than {plan.min_gap:g} above random is left out. The IQM of each label's "
+           "normalised scores and rliable's probability of improvement, each with its 95% stratified bootstrap "
+           "interval (runs resampled within games; the normaliser held at its estimate).", ""]
+    norm_rows = [[g, fmt(ba.random[g]), fmt(ba.normalisers[g]) if g in ba.normalisers else "–",
+                  "left out" if g in ba.left_out else ("used" if g in ba.normalisers else "–")] for g in plan.tasks]
+    md += [md_table(["game", "random", f"{plan.normaliser} mean", "aggregate"], norm_rows), ""]
+    if ba.iqm:
+        md += [md_table(["label", "IQM of the normalised score [95% CI]"],
+                        [[lb, interval(v)] for lb, v in ba.iqm.items()]), ""]
+    else:
+        md += ["The aggregates wait for every run of the grid.", ""]
+    md += ["Decision, per claim (the page's rule: the interval of P(ABS > F) wholly above 0.5 and no game worse: "
+           "ABS beats F; wholly below 0.5, or worse on a game and better on none: ABS is worse than F; otherwise no "
+           "difference could be seen):", "", *(f"- {claim_sentence(c, ref)}." for c in ba.claims), ""]
+    return md

@@ -1,0 +1,107 @@
+"""The MinAtar study's pre-registered analysis (reproduce/batch_claims.py, docs/results-minatar-batches.md): its
+decisions on made-up grids whose answer is known, its normalised IQM against an independent computation, the
+Bonferroni bound while runs are missing, and the report's section on a grid of written runs."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "reproduce"))
+import batch_claims as bc  # noqa: E402
+from report_helpers import report_cli, write_run  # noqa: E402
+from runs import load_minatar_random  # noqa: E402
+from stats import compare  # noqa: E402
+
+PLAN = bc.MINATAR_BATCHES
+LABELS = ("ABS", "Small", "Vanilla", "Large")
+RANDOM = load_minatar_random()
+
+
+def grid(shift: dict, base=20.0, spread=1.0, drop=()):
+    """(game, label) -> {seed: value}: label L's return on a game is base + shift[L] + a seed's noise (the same
+    noise pattern for every label, permuted per label so that no two cells are equal)."""
+    rng = np.random.default_rng(0)
+    values = {}
+    for g in PLAN.tasks:
+        for lb in LABELS:
+            noise = rng.permutation(np.linspace(-spread, spread, 10))
+            values[(g, lb)] = {s: base + shift[lb] + noise[s - 1] for s in range(1, 11) if (g, lb, s) not in drop}
+    return values
+
+
+def analyse(values):
+    evaluation = compare(values, list(PLAN.tasks), list(LABELS), [("ABS", b) for b in PLAN.baselines])
+    return bc.batch_analysis(PLAN, evaluation, RANDOM, reps=200)
+
+
+def test_random_returns_are_the_committed_csv():
+    assert set(RANDOM) == set(PLAN.tasks) and RANDOM["Breakout-MinAtar"] == pytest.approx(0.416)
+
+
+def test_abs_far_above_every_baseline_beats_each_on_every_game():
+    a = analyse(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}))
+    assert a.holm and all(t.decision == bc.BEATS for t in a.tests) and len(a.tests) == 15
+    # every split but the observed one and its mirror has a smaller |difference|: p = 2 / C(20, 10)
+    assert all(t.difference.p == pytest.approx(2 / 184756) for t in a.tests)
+    assert max(t.adjusted for t in a.tests) == pytest.approx(15 * 2 / 184756)  # Holm: all tie, the largest is 15p
+    assert [c.decision for c in a.claims] == [bc.BEATS] * 3
+    assert all(c.poi == (1.0, 1.0, 1.0) and len(c.better) == 5 for c in a.claims)
+
+
+def test_normalised_iqm_is_the_trimmed_mean_of_the_normalised_returns():
+    values = grid({"ABS": 10, "Small": -5, "Vanilla": 0, "Large": 3})
+    a = analyse(values)
+    for lb in LABELS:
+        normalised = [(v - RANDOM[g]) / (np.mean(list(values[(g, "Vanilla")].values())) - RANDOM[g])
+                      for g in PLAN.tasks for v in values[(g, lb)].values()]
+        point, lo, hi = a.iqm[lb]
+        assert point == pytest.approx(scipy.stats.trim_mean(normalised, 0.25)) and lo <= point <= hi
+    assert a.iqm["Vanilla"][0] == pytest.approx(1.0, abs=0.05)
+
+
+def test_no_shift_is_no_difference_and_a_worse_abs_is_worse():
+    same = analyse(grid({lb: 0 for lb in LABELS}, spread=5.0))
+    assert all(t.decision == bc.NONE for t in same.tests)
+    assert [c.decision for c in same.claims] == [bc.NONE] * 3
+    worse = analyse(grid({"ABS": -10, "Small": 0, "Vanilla": 0, "Large": 0}))
+    assert [c.decision for c in worse.claims] == [bc.WORSE] * 3 and all(c.poi[0] == 0.0 for c in worse.claims)
+
+
+def test_a_missing_run_leaves_its_tests_incomplete_and_bounds_the_others():
+    a = analyse(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop={("Seaquest-MinAtar", "Small", 7)}))
+    incomplete = [t for t in a.tests if not t.complete]
+    assert [(t.game, t.baseline) for t in incomplete] == [("Seaquest-MinAtar", "Small")]
+    assert not a.holm and not a.iqm
+    done = [t for t in a.tests if t.complete]
+    assert all(t.adjusted == pytest.approx(min(1.0, 15 * t.difference.p)) for t in done)  # Bonferroni
+    assert [c.decision for c in a.claims] == [bc.INCOMPLETE] * 3
+
+
+def test_a_game_vanilla_does_not_learn_is_left_out_of_the_aggregate():
+    values = grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
+    for s in range(1, 11):  # Vanilla at random's level on Freeway
+        values[("Freeway-MinAtar", "Vanilla")][s] = RANDOM["Freeway-MinAtar"] + 0.01 * s
+    a = analyse(values)
+    assert a.left_out == ["Freeway-MinAtar"] and len(a.iqm) == 4
+
+
+def test_report_of_a_minatar_grid_has_the_section(tmp_path):
+    roots = {}
+    shift = {"ABS": 5.0, "Small": 0.0, "Vanilla": 0.0, "Large": -1.0}
+    for lb in LABELS:
+        for g in PLAN.tasks:
+            for s in range(1, 11):
+                write_run(tmp_path / lb / f"{g}__{s}", g, s, 20.0 + shift[lb] + 0.3 * ((s * 7 + len(lb)) % 10),
+                          total=10_000_000)
+        roots[lb] = tmp_path / lb
+    out = tmp_path / "report"
+    p = report_cli("--runs", *[f"{lb}={d}" for lb, d in roots.items()], "--benchmark", "minatar", "--out", str(out),
+                   "--reps", "200")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    md = (out / "report.md").read_text()
+    assert "## Pre-registered analysis: the batch claims" in md
+    assert "**ABS beats Small**" in md and "**ABS beats Large**" in md and "**ABS beats Vanilla**" in md
+    assert "Adjusted p: Holm's, over the 15 tests (all complete)." in md
