@@ -146,7 +146,7 @@ class Run:
                 f"|{k}|{v}|" for k, v in vars(self.args).items()))
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self.start_time, self.start_step, self.last_print = time.time(), global_step, 0.0
+        self.start_time, self.start_step, self.last_print = time.monotonic(), global_step, float("-inf")
         self.last_perf = (global_step, self.start_time)  # (step, time) of the last log(perf=True)
 
     def _on_uncaught(self, kind, error, traceback) -> None:
@@ -190,7 +190,7 @@ class Run:
     def log(self, step: int, scalars: dict, perf: bool = False) -> None:
         """One event per tag; with perf, also charts/SPS_interval, every phase's seconds and the CUDA peak memory."""
         if perf:
-            now, (last_step, last_time) = time.time(), self.last_perf
+            now, (last_step, last_time) = time.monotonic(), self.last_perf
             scalars = {**scalars, "charts/SPS_interval": int((step - last_step) / max(now - last_time, 1e-9)),
                        **{f"perf/{phase}_seconds": s for phase, s in self.perf.items()}}
             self.last_perf = (step, now)
@@ -206,10 +206,10 @@ class Run:
             self.writer.add_scalar("charts/episodic_length", episode_length, step)
 
     def sps(self, global_step: int) -> int:  # since the start or the last checkpoint
-        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+        return int((global_step - self.start_step) / max(time.monotonic() - self.start_time, 1e-9))
 
     def progress(self, global_step: int, sps: int, fields: str, recent_returns) -> None:  # per --log-every-seconds
-        now, total = time.time(), self.args.total_timesteps
+        now, total = time.monotonic(), self.args.total_timesteps
         if now - self.last_print >= self.args.log_every_seconds or global_step >= self.stop_step:
             self.last_print = now
             minutes, seconds = divmod(int(max(self.stop_step - global_step, 0) / max(sps, 1)), 60)  # the ETA
@@ -235,7 +235,7 @@ class Run:
         """After a unit of work of `steps` env steps: on a stop signal, checkpoint and exit 128 + n; at every multiple
         of --checkpoint-every and at the end (or at --stop-at-step), checkpoint (events flushed first, so a hard kill
         loses none of them)."""
-        now = time.time()
+        now = time.monotonic()
         if self.stop_signal:
             self.train_seconds += now - self.start_time
             self._save_and_exit(self.checkpoint_path, state(), 128 + self.stop_signal[0],
@@ -252,7 +252,7 @@ class Run:
     def fail(self, global_step: int, error: Exception, state: Callable[[], dict]) -> None:
         """A non-finite loss or gradient: save the state before the failed step to checkpoint_nonfinite.pt (the last
         good checkpoint.pt stays) and exit 3."""
-        self.train_seconds += time.time() - self.start_time  # up to now, like the perf sums
+        self.train_seconds += time.monotonic() - self.start_time  # up to now, like the perf sums
         path = os.path.join(self.dir, "checkpoint_nonfinite.pt")
         self._save_and_exit(path, state(), 3, f"error: {error} at global_step {global_step}; state before that step "
                                               f"saved to {path}. Start again with lower values of the flags that "
@@ -261,7 +261,7 @@ class Run:
     def end_training(self) -> None:
         """Count the time since the last checkpoint; from now on a signal (during the evaluation) ends the process
         with one line: training is in the checkpoint written at its end, and --resume of it evaluates again."""
-        self.train_seconds += time.time() - self.start_time
+        self.train_seconds += time.monotonic() - self.start_time
         stop_outside_loop("during the evaluation", f"training is saved in {self.checkpoint_path} (global_step "
                           f"{self.start_step}, its end); --resume {self.checkpoint_path} evaluates it again")
 
