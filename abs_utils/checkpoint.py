@@ -6,6 +6,7 @@ A checkpoint holds only tensors, numbers, strings, lists and dicts, so that `--r
 """
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
@@ -101,7 +102,34 @@ def write_atomically(path: str, write: Callable, need: Optional[int] = None) -> 
         raise WriteFailed(path, error, need) from e
 
 
+def digest(obj) -> str:
+    """A digest of a checkpoint's contents, in order: every key, number, string, and every tensor's dtype, shape and
+    bytes. Written into the checkpoint (its "digest") and checked on every load, so that a bit flipped on a disk, a
+    copy or a network filesystem is found before a resume trains on it."""
+    h = hashlib.blake2b(digest_size=16)
+    todo = [obj]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            h.update(b"{%d" % len(x))
+            for k, v in reversed(list(x.items())):  # popped in order
+                todo += [v, k]
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[%d" % len(x))
+            todo += reversed(list(x))
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(x.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr((type(x).__name__, x)).encode())
+    return h.hexdigest()
+
+
 def atomic_torch_save(path: str, obj) -> None:
+    """torch.save(obj) atomically (write_atomically); a dict gets its digest (digest) as "digest"."""
+    if isinstance(obj, dict):
+        obj = {**obj, "digest": digest(obj)}
     write_atomically(path, lambda f: torch.save(obj, f), stored_bytes(obj))
 
 
@@ -172,6 +200,10 @@ def load_checkpoint(path: str, script: str) -> dict:
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script ({type(e).__name__})") from None
     if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("args"), dict) and "run_name" in checkpoint):
         raise ValueError(f"--resume: {path!r} is not a checkpoint of this script (no args or run_name)")
+    written = checkpoint.pop("digest", None)  # None: a checkpoint written before digests, accepted as it is
+    if written is not None and written != digest(checkpoint):
+        raise ValueError(f"--resume: {path!r} is damaged: its contents differ from the digest written with them (a "
+                         "bit flipped on the disk, in a copy or on a network filesystem); resume from an intact copy")
     if checkpoint.get("algo") != script:
         raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py"
                          if isinstance(checkpoint.get("algo"), str) else

@@ -207,7 +207,7 @@ def test_resume_fills_flags_the_checkpoint_predates_with_defaults(tmp_path):
     del saved["tag"]
     saved["removed_flag"] = 3  # a flag a later version dropped
     path = write_checkpoint(tmp_path / "r" / "checkpoint.pt", Args(run_name="r"))
-    torch.save({**torch.load(path, weights_only=True), "args": saved}, path)
+    U.atomic_torch_save(path, {**U.load_checkpoint(path, SCRIPT), "args": saved})  # written so by the older version
     args, _ = parse(["--resume", path])
     assert args.tag is None and not hasattr(args, "removed_flag")
 
@@ -329,7 +329,7 @@ def test_run_logs_timings_games_and_results(tmp_path, capsys):
 
 def test_sps_interval_is_the_rate_since_the_previous_perf_log(tmp_path, monkeypatch):
     now = [100.0]
-    monkeypatch.setattr(time, "time", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])  # the clock of every duration (docs/running.md)
     run = new_run(tmp_path)
     run.begin(1000)  # a resumed run's first interval starts at its checkpoint's step
     now[0] = 110.0
@@ -575,12 +575,12 @@ def test_a_resume_below_the_checkpoints_step_and_ill_typed_checkpoints_are_refus
     with pytest.raises(SystemExit):
         parse(["--resume", path, "--total-timesteps", "600"])
     assert "--total-timesteps (600) is below the checkpoint's global_step (640)" in one_error_line(capsys)
-    good = torch.load(path, weights_only=True)
+    good = U.load_checkpoint(path, SCRIPT)  # written by a run whose contents do not fit: their digest is theirs
     for bad, needle in [({"iteration": "3"}, "no valid 'iteration' (str)"), ({"perf": None}, "no valid 'perf'"),
                         ({"args": {**good["args"], "total_timesteps": "1000"}}, "--total-timesteps = '1000'"),
                         ({"args": {**good["args"], "schedule": "cubic"}}, "--schedule = 'cubic'"),
                         ({"args": {**good["args"], "adapt": 1}}, "--adapt = 1")]:
-        torch.save({**good, **bad}, path)
+        U.atomic_torch_save(path, {**good, **bad})
         with pytest.raises(SystemExit) as e:
             parse(["--resume", path])
         assert e.value.code == 2 and needle in one_error_line(capsys)

@@ -18,7 +18,10 @@ import pytest
 import torch
 
 import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
-from scripts import CPU, GENERIC, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
+from scripts import CPU, GENERIC, ROOT, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
+
+sys.path.insert(0, ROOT)  # abs_utils, beside the scripts
+import abs_utils as U  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 COMMON = [*CPU, "--log-every-seconds", "0", "--checkpoint-every", "0"]
@@ -130,7 +133,8 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
         change(bad)
         folder = tmp_path / name
         folder.mkdir()
-        torch.save(bad, folder / "checkpoint.pt")
+        bad.pop("digest")  # written as a run writes it: with the digest of these contents
+        U.atomic_torch_save(str(folder / "checkpoint.pt"), bad)
         written = files_of(folder)
         line = one_error_line(run(script, ["--resume", str(folder / "checkpoint.pt")], tmp_path))
         assert line.startswith("error: --resume: ") or "comes from the checkpoint" in line, (name, line)
