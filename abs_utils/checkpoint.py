@@ -204,11 +204,24 @@ def load_checkpoint(path: str, script: str) -> dict:
     if written is not None and written != digest(checkpoint):
         raise ValueError(f"--resume: {path!r} is damaged: its contents differ from the digest written with them (a "
                          "bit flipped on the disk, in a copy or on a network filesystem); resume from an intact copy")
+    checkpoint["digest"] = written  # kept to tell this file from a later one (unchanged_since_read)
     if checkpoint.get("algo") != script:
         raise ValueError(f"--resume: {path!r} is a checkpoint of {checkpoint['algo']}.py, not of {script}.py"
                          if isinstance(checkpoint.get("algo"), str) else
                          f"--resume: {path!r} is not a checkpoint of this script (no algo)")
     return checkpoint
+
+
+def unchanged_since_read(path: str, checkpoint: dict) -> bool:
+    """Whether the file at path is still the checkpoint read from it (its digest and step): a resume checks this
+    once it holds the run directory's lock, since another resume may have trained from it and replaced it between
+    the read and the lock. Reads only the file's small values (mmap)."""
+    try:
+        now = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return False
+    return (isinstance(now, dict) and now.get("digest") == checkpoint.get("digest")
+            and now.get("global_step") == checkpoint.get("global_step"))
 
 
 def is_a(value, hint) -> bool:

@@ -1,12 +1,6 @@
 """The run: its directory (locked while it lives), seeds, device, TensorBoard writer, timings, progress line,
-checkpoints, stop signals, the non-finite stop and its result, eval_results.json.
-
-    args, checkpoint = U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, {"q_network": dict, ...})
-    run = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))  # run directory, seeds, device, wandb
-    run.begin(global_step)  # after loading the script's state from `checkpoint`; writer, signals, clocks
-    ...  # the loop: run.timed(phase), run.log, run.progress, run.checkpoint(global_step, steps, state)
-    run.end_training(); run.finish(global_step, returns, lengths, capped, action_counts)  # eval_results.json
-"""
+checkpoints, stop signals, the non-finite stop and its result, eval_results.json (how a script drives it:
+abs_utils/__init__.py)."""
 import contextlib
 import fcntl
 import json
@@ -23,7 +17,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, describe_error,
-                         disk_error, rng_state, set_rng_state)
+                         disk_error, rng_state, set_rng_state, unchanged_since_read)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
 from .signals import stop_outside_loop
@@ -110,6 +104,9 @@ class Run:
         self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
         self.saved_step = None if checkpoint is None else checkpoint["global_step"]  # of checkpoint.pt, intact
         self.lock = lock_run_directory(self.dir, checkpoint is not None, args.output_dir)
+        if checkpoint is not None and not unchanged_since_read(args.resume, checkpoint):  # another resume, meanwhile
+            refuse(f"--resume: {args.resume} changed after it was read (another run resumed it in the meantime); "
+                   f"nothing was written: run the same command again to go on from the new checkpoint")
         self.excepthook, sys.excepthook = sys.excepthook, self._on_uncaught  # writes the disk refuses: exit 4
         self.thread_excepthook, threading.excepthook = threading.excepthook, self._on_uncaught_in_thread
         if checkpoint is not None:  # a signal before the loop: the checkpoint is untouched (nothing is written yet)

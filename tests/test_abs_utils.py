@@ -814,3 +814,14 @@ def test_load_state_turns_what_does_not_fit_into_one_line(capsys):
         assert e.value.code == 2 and line.startswith(f"error: --resume: c.pt's {key!r} does not fit this run (")
         assert needle in line and len(line) <= 400, line
     U.load_state("c.pt", {"net": net.state_dict()}, "net", net.load_state_dict)  # what fits loads
+
+
+def test_no_file_of_abs_utils_is_over_the_cap_conventions_states():
+    """docs/CONVENTIONS.md: "One file a concern, each at most 300 lines"."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "CONVENTIONS.md")) as f:
+        cap = int(re.search(r"each at most (\d+) lines", f.read()).group(1))
+    folder = os.path.join(root, "abs_utils")
+    sizes = {name: len(open(os.path.join(folder, name)).read().splitlines()) for name in os.listdir(folder)
+             if name.endswith(".py")}
+    assert cap == 300 and not {name: n for name, n in sizes.items() if n > cap}, sizes
