@@ -36,8 +36,11 @@ class WriteFailed(Exception):
         super().__init__(f"could not write {path}: {self.cause}{self.sizes()}")
 
     def sizes(self) -> str:
-        if self.need is None or self.free is None:
+        """The bytes needed and free, for a full disk only; a full disk with the bytes free is out of inodes."""
+        if self.errno not in (errno.ENOSPC, errno.EDQUOT) or self.need is None or self.free is None:
             return ""
+        if self.errno == errno.ENOSPC and self.free >= self.need:
+            return f" ({size_text(self.free)} free, more than its {size_text(self.need)}: no free inodes, `df -i`)"
         return f" (it needs about {size_text(self.need)}; {size_text(self.free)} free)"
 
 

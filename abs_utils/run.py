@@ -2,6 +2,7 @@
 checkpoints, stop signals, the non-finite stop and its result, eval_results.json (how a script drives it:
 abs_utils/__init__.py)."""
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -154,11 +155,12 @@ class Run:
             return self.excepthook(kind, error, traceback)
         what = (str(lost) if isinstance(lost, WriteFailed) else
                 f"could not write to {self.dir} (the events or the output): {os.strerror(lost.errno).lower()}")
+        fix = "free space" if lost.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
         if self.saved_step is None:
-            then = "no checkpoint was written yet: free space, then run the same command again"
+            then = f"no checkpoint was written yet: {fix}, then run the same command again"
         else:
             then = (f"the last complete checkpoint, {self.checkpoint_path} at global_step {self.saved_step}, is "
-                    f"intact: free space, then run the same command with --resume {self.checkpoint_path}")
+                    f"intact: {fix}, then run the same command with --resume {self.checkpoint_path}")
         with contextlib.suppress(Exception):  # the output may be on the full disk too
             print(f"error: {what}; {then}", file=sys.stderr, flush=True)
         os._exit(WRITE_FAILED_EXIT)  # as a signal outside the loop does: the writer's threads cannot flush

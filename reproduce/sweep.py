@@ -21,13 +21,16 @@ time limit and after preemptions (slurm.py). The Slurm job id of every submitted
 A run that another process is running (a second sweep of the grid, the script of a killed sweep: its locks are
 held, execution.claim) is left to it, "running elsewhere", and its log is not touched. `run` ends with a line that
 counts each of its runs once, in the state `status` gives it; exit 0 when all are done, 1 when one failed or is not
-done, 75 when the runs it did not finish are running elsewhere, 128 + N after signal N, 2 for bad input
-(docs/running.md#faults).
+done, 75 when the runs it did not finish are running elsewhere, 128 + N after signal N, 2 for bad input, 4 when the
+file system refused a write of the sweep's own (one line saying what it is; docs/running.md#faults).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import math
+import os
 import shlex
 import shutil
 import subprocess
@@ -386,6 +389,21 @@ def parse_args(argv=None):
     return args
 
 
+# A write the file system refused (full, no inodes, over quota, read-only, gone): the sweep's own exit code for it,
+# the scripts' (docs/running.md, "A full disk")
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ESTALE}
+WRITE_FAILED = 4
+
+
+def disk_line(e: OSError) -> str:
+    what = {errno.ENOSPC: "no space left on device (a full disk, or no free inodes: `df -h` and `df -i` tell)",
+            errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
+            }.get(e.errno, os.strerror(e.errno).lower())
+    where = f"write {e.filename}" if e.filename else "write under --root (a run's log or claim)"
+    return (f"error: the sweep could not {where}: {what}; finished runs are kept and each other run resumes from "
+            "its last checkpoint: make the file system writable, then run the same command again")
+
+
 def main(argv=None) -> int:
     try:
         args = parse_args(argv)
@@ -394,6 +412,12 @@ def main(argv=None) -> int:
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        with contextlib.suppress(OSError):  # stderr may be a file on that file system
+            print(disk_line(e), file=sys.stderr, flush=True)
+        return WRITE_FAILED
 
 
 if __name__ == "__main__":

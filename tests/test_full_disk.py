@@ -127,10 +127,12 @@ def test_a_refused_checkpoint_keeps_the_last_complete_one_and_leaves_nothing_hal
     ckpt = tmp_path / "r" / "checkpoint.pt"
     # the tensors it holds: 1000 float32 weights, torch's RNG state (5056 bytes), NumPy's 624 int64 keys
     assert error.need == 4000 + torch.get_rng_state().numel() + 624 * 8 == 14048
+    # (injected: the disk has the bytes free, which is how a file system out of inodes answers)
     assert exits == [4] and one_line(capsys) == (
-        f"error: could not write {ckpt}: no space left on device (it needs about 13.7 kB; "
-        f"{U.checkpoint.size_text(U.checkpoint.free_bytes(str(ckpt)))} free); the last complete checkpoint, {ckpt} at "
-        f"global_step 100, is intact: free space, then run the same command with --resume {ckpt}")
+        f"error: could not write {ckpt}: no space left on device "
+        f"({U.checkpoint.size_text(U.checkpoint.free_bytes(str(ckpt)))} free, more than its 13.7 kB: no free inodes, "
+        f"`df -i`); the last complete checkpoint, {ckpt} at global_step 100, is intact: free space, then run the same "
+        f"command with --resume {ckpt}")
     assert torch.load(ckpt, weights_only=True)["global_step"] == 100  # the older one, whole
     assert sorted(os.listdir(tmp_path / "r")) == [".lock", "checkpoint.pt"] + sorted(
         f for f in os.listdir(tmp_path / "r") if f.startswith("events"))  # no checkpoint.pt.tmp
@@ -158,7 +160,7 @@ def test_a_refused_result_keeps_the_earlier_one_and_the_checkpoint(tmp_path, ref
     uncaught(run, raised(run.finish, 300, [1.0], [10], 0))
     line = one_line(capsys)
     assert exits == [4] and line.startswith(f"error: could not write {tmp_path / 'r' / 'eval_results.json'}: no "
-                                            "space left on device (it needs about")
+                                            "space left on device (")  # (injected: bytes free, as with no inodes)
     assert "at global_step 300, is intact" in line  # a resume of the checkpoint at the end evaluates again
     assert json.loads((tmp_path / "r" / "eval_results.json").read_text()) == {"global_step": 100}
     assert not (tmp_path / "r" / "eval_results.json.tmp").exists()
@@ -301,3 +303,24 @@ def test_a_thread_s_other_errors_keep_python_s_report(tmp_path, exits):
         threading.excepthook(threading.ExceptHookArgs((type(error), error, None, None)))
     assert len(seen) == 1 and isinstance(seen[0].exc_value, ValueError)  # the disk error dropped, the other kept
     run.lock.close()
+
+
+@pytest.mark.parametrize("code, words, fix", [
+    (errno.EROFS, "read-only file system", "make it writable"),
+    (errno.EDQUOT, "disk quota exceeded (it needs about", "free space")])
+def test_a_read_only_file_system_and_a_quota_are_named_as_what_they_are(tmp_path, monkeypatch, exits, capsys, code,
+                                                                      words, fix):
+    """Not "free space" with the free megabytes beside it: a read-only file system says so and asks for it to be
+    made writable; a quota gives the sizes."""
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(100, 100, state(100))
+
+    def refuse(*a, **k):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(torch, "save", refuse)
+    error = raised(run.checkpoint, 200, 100, state(200))
+    uncaught(run, error)
+    line = one_line(capsys)
+    assert exits == [4] and words in line and f"is intact: {fix}, then run the same command" in line, line
+    assert ("MB free" in line) == (code == errno.EDQUOT)

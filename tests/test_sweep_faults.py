@@ -3,6 +3,7 @@ in them), two sweeps of one grid at once, and a sweep killed with SIGKILL (docs/
 in one line and a documented exit code, and no run is started twice, lost or written outside --root. The runs are
 those of the stand-in (tests/sweep_standin.py), which locks its run directory as the training scripts do; one test
 checks that lock against a real script's."""
+import errno
 import fcntl
 import json
 import os
@@ -581,3 +582,21 @@ def test_the_faults_section_of_the_docs_says_what_the_sweep_does(tmp_path, monke
         with pytest.raises(experiment_file.SweepError) as e:
             experiment_file.load_config("mine.toml")
         assert f"error: {e.value}" in section, e.value
+
+
+@pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space left on device (a full disk, or no free inodes"),
+                                          (errno.EROFS, "read-only file system"),
+                                          (errno.EDQUOT, "disk quota exceeded")])
+def test_a_write_the_file_system_refuses_under_the_sweep_is_one_line_and_exit_4(tiny, monkeypatch, capsys, code,
+                                                                                 words):
+    """The sweep writes each run's log before and after its script: a refused write there (injected into the log's
+    first line) ends the sweep with one line naming the cause, exit 4, and no traceback."""
+    opts, exp_dir = tiny
+
+    def refused():
+        raise OSError(code, os.strerror(code), str(exp_dir / "A" / "logs" / "Pong-v5__1.log"))
+    monkeypatch.setattr(execution, "now", refused)
+    assert sweep.main(["run", "tiny", *opts, "--workers", "1"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the sweep could not write ") and words in err[0], err
+    assert "run the same command again" in err[0]
