@@ -355,3 +355,31 @@ def test_ppo_atari_bounds_table_is_what_its_committed_runs_give():
         assert (args["no_adapt"] if "no_adapt" in args else not args["adapt"]) and args["track_divergence"]
         assert (args["adapt_freq"], args["total_timesteps"], args["seed"]) == (2, 10_000_000, 1)
         assert f"--stop-at-step {args['stop_at_step']}" in page and args["run_name"] in page
+
+
+def flat(text):
+    """Text with its whitespace joined and Markdown's backticks dropped, for a phrase that a page restates."""
+    return " ".join(text.replace("`", "").split())
+
+
+def string_literals(path):
+    """The string constants of a Python file, adjacent ones joined as Python joins them (an f-string: its literal
+    parts): the messages a module prints, searchable by phrase."""
+    found = []
+    for node in ast.walk(ast.parse((ROOT / path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr):
+            found.append("".join(v.value for v in node.values if isinstance(v, ast.Constant)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+    return found
+
+
+def test_running_page_says_what_a_resume_with_another_total_needs():
+    """docs/running.md's advice on a finished run and on another --total-timesteps is what abs_utils/parsing.py
+    prints: another total needs --extend-schedules."""
+    messages = " ".join(flat(m) for m in string_literals("abs_utils/parsing.py"))
+    page = flat((ROOT / "docs" / "running.md").read_text(encoding="utf-8"))
+    assert "To train on, give a larger --total-timesteps with --extend-schedules" in messages
+    assert "to train on, give a larger --total-timesteps with --extend-schedules" in page
+    assert "to go on with every schedule over the new total, add --extend-schedules" in messages
+    assert "a larger --total-timesteps trains on" not in page
