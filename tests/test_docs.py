@@ -383,3 +383,14 @@ def test_running_page_says_what_a_resume_with_another_total_needs():
     assert "to train on, give a larger --total-timesteps with --extend-schedules" in page
     assert "to go on with every schedule over the new total, add --extend-schedules" in messages
     assert "a larger --total-timesteps trains on" not in page
+
+
+def test_no_page_resumes_with_another_total_without_extend_schedules():
+    """A command line in the README or docs/ that resumes with a --total-timesteps also gives --extend-schedules:
+    without it abs_utils refuses another total than the checkpoint's (exit 2), and the checkpoint's own total
+    changes nothing."""
+    bad = [f"{page.relative_to(ROOT)}: {line.strip()}" for page in PAGES
+           for line in page.read_text(encoding="utf-8").split("\n")
+           if re.match(r"\s*(\S+=\S+ )*python \S+\.py .*--resume", line) and "--total-timesteps" in line
+           and "--extend-schedules" not in line]
+    assert not bad, bad
