@@ -394,3 +394,15 @@ def test_no_page_resumes_with_another_total_without_extend_schedules():
            if re.match(r"\s*(\S+=\S+ )*python \S+\.py .*--resume", line) and "--total-timesteps" in line
            and "--extend-schedules" not in line]
     assert not bad, bad
+
+
+def test_pages_name_abs_utils_as_the_package_it_is():
+    """The run machinery is the package abs_utils/; a page may name the earlier file abs_utils.py only for a commit
+    that had it (a sentence with a commit hash in it)."""
+    assert (ROOT / "abs_utils" / "__init__.py").is_file() and not (ROOT / "abs_utils.py").exists()
+    stale = []
+    for page in PAGES:
+        for sentence in re.split(r"(?<=[.;])\s", " ".join(page.read_text(encoding="utf-8").split())):
+            if re.search(r"(?<![\w/])abs_utils\.py", sentence) and not re.search(r"\b[0-9a-f]{7}\b", sentence):
+                stale.append(f"{page.relative_to(ROOT)}: {sentence}")
+    assert not stale, stale
