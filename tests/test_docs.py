@@ -406,3 +406,23 @@ def test_pages_name_abs_utils_as_the_package_it_is():
             if re.search(r"(?<![\w/])abs_utils\.py", sentence) and not re.search(r"\b[0-9a-f]{7}\b", sentence):
                 stale.append(f"{page.relative_to(ROOT)}: {sentence}")
     assert not stale, stale
+
+
+def test_readme_says_what_ci_runs():
+    """The README's account of .ci/run is its commands: a fresh venv from requirements-dev.txt, ruff, then pytest."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").split("\n")
+          if line.strip() and not line.startswith("#")]
+    steps = [next(i for i, line in enumerate(ci) if line.startswith(start))
+             for start in ("python3 -m venv ", "pip install --quiet -r requirements-dev.txt", "ruff check .",
+                           "pytest -q -n auto")]
+    assert steps == sorted(steps) and ci[-1] == "pytest -q -n auto", ci
+    readme = flat(README.read_text(encoding="utf-8"))
+    assert ("CI (.ci/run) makes a fresh virtual environment, installs requirements-dev.txt, runs ruff check ., then "
+            "pytest -q -n auto") in readme
+
+
+def test_readme_title_is_the_bibtex_title():
+    """The paper's title, as the README gives it, is the one in its bibtex entry."""
+    text = README.read_text(encoding="utf-8")
+    title = re.search(r'^Paper: "([^"]+)"', text, re.M).group(1)
+    assert re.search(r"^\s*title\s*=\s*\{([^}]+)\},$", text, re.M).group(1) == title
