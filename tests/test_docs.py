@@ -426,3 +426,14 @@ def test_readme_title_is_the_bibtex_title():
     text = README.read_text(encoding="utf-8")
     title = re.search(r'^Paper: "([^"]+)"', text, re.M).group(1)
     assert re.search(r"^\s*title\s*=\s*\{([^}]+)\},$", text, re.M).group(1) == title
+
+
+def test_cpu_torch_commands_install_the_pinned_torch():
+    """The CPU-build command in the README and in requirements.txt's comment installs the version requirements.txt
+    pins, from PyTorch's CPU wheel index."""
+    requirements = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    pin = re.search(r"^torch==([\d.]+);", requirements, re.M).group(1)
+    command = f"pip install torch=={pin} --index-url https://download.pytorch.org/whl/cpu"
+    assert command in requirements and command in flat(README.read_text(encoding="utf-8"))
+    for text in (requirements, README.read_text(encoding="utf-8")):
+        assert set(re.findall(r"torch[= ]=?(\d+\.\d+\.\d+)", text)) == {pin}
