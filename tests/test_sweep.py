@@ -813,3 +813,17 @@ def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     assert len(commands) == 2 and all(c[-6:] == ["--stop-at-step", "2000000", "--torch-threads", threads,
                                                  "--env-threads", threads] for c in commands), out.stdout
     assert "4,000,000 steps" in out.stdout  # the prefix's steps, not 2 x 20M
+
+
+def test_docs_state_the_slurm_stop_lead_and_wait():
+    """docs/running.md and docs/reproducing.md give --signal-delay-s's default and the wait it leaves the script, as
+    sweep.py sets them (the wait: the delay less 30 s)."""
+    delay = sweep.parse_args(["run", "mujoco"]).signal_delay_s
+    assert "grace_s=max(10, args.signal_delay_s - 30)" in (ROOT / "reproduce" / "sweep.py").read_text()
+    running = " ".join((ROOT / "docs" / "running.md").read_text().split())
+    reproducing = " ".join((ROOT / "docs" / "reproducing.md").read_text().split())
+    assert f"`--signal-delay-s` ({delay} s) before the time limit, and waits `--signal-delay-s` - 30 = {delay - 30} s" \
+        in running
+    assert f"If the longest is above {delay - 30} s" in running
+    assert f"`--signal-delay-s` ({delay} s) before its time limit" in reproducing
+    assert f"waits {delay - 30} s" in reproducing
