@@ -2,6 +2,7 @@
 200 lines, none over 120 characters), and its two commands are there unchanged. Reads files only, in well under a
 second."""
 import ast
+import math
 import re
 from pathlib import Path
 
@@ -437,3 +438,21 @@ def test_cpu_torch_commands_install_the_pinned_torch():
     assert command in requirements and command in flat(README.read_text(encoding="utf-8"))
     for text in (requirements, README.read_text(encoding="utf-8")):
         assert set(re.findall(r"torch[= ]=?(\d+\.\d+\.\d+)", text)) == {pin}
+
+
+def test_benchmarks_page_device_test_counts_and_time_are_the_rehearsals():
+    """docs/benchmarks.md's device-test counts are tests/test_cuda.py's cases, and its time is the one the committed
+    rehearsal's console output ends its test run with."""
+    tree = ast.parse((ROOT / "tests" / "test_cuda.py").read_text(encoding="utf-8"))
+    cases = 0
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            sizes = [len(d.args[1].elts) for d in node.decorator_list
+                     if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "parametrize"]
+            cases += math.prod(sizes)
+    console = (ROOT / "bench" / "gpu" / "rehearsal" / "console.log").read_text(encoding="utf-8")
+    passed, skipped, seconds = re.search(r"=+ (\d+) passed, (\d+) skipped in ([\d.]+)s", console).groups()
+    assert int(passed) + int(skipped) == cases
+    page = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    assert f"On the CPU {passed} pass and {skipped} skip" in page
+    assert f"they took {float(seconds):.0f} s ([its console output](../bench/gpu/rehearsal/console.log))" in page
