@@ -233,9 +233,9 @@ def test_default_tables_are_the_scripts_defaults(page, script):
 # Spans `--flag value` in a script's page that show another setting, not the default; every other such span quotes
 # the script's default, and a test keeps it so (a changed default, or a new example, must be written here or fixed).
 OTHER_SETTINGS = {
-    "pqn.md": {"--adapt-freq 1", "--num-minibatches 32", "--num-steps 40"},
+    "pqn.md": {"--adapt-freq 1", "--num-minibatches 32", "--num-steps 40", "--epochs-ref-steps 16"},
     "gns.md": {"--gns-timing after", "--gns-micro-batching contiguous", "--gns-start-steps 32"},
-    "ppo.md": {"--divergence ess"},
+    "ppo.md": {"--divergence ess", "--epochs-ref-steps 1024"},
     "btr.md": {"--epsilon-schedule linear", "--maxpool-size 0", "--epsilon-off-fraction 1"},
     "minatar.md": {"--obs-divisor 255"},
 }
@@ -456,3 +456,37 @@ def test_benchmarks_page_device_test_counts_and_time_are_the_rehearsals():
     page = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
     assert f"On the CPU {passed} pass and {skipped} skip" in page
     assert f"they took {float(seconds):.0f} s ([its console output](../bench/gpu/rehearsal/console.log))" in page
+
+
+def script_function(script, name):
+    """A pure function of a script's source (with the module-level functions it calls), without importing the
+    script, whose imports need its environments."""
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    needed, todo = [], [name]
+    while todo:  # the function and the module functions it calls, transitively
+        node = functions[todo.pop()]
+        needed.append(node)
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in functions
+                 and functions[n.id] not in needed and n.id not in todo]
+    namespace = {"math": math}
+    exec(compile(ast.Module(body=needed[::-1], type_ignores=[]), script, "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("page, script", [("pqn.md", "abs_pqn_atari.py"), ("ppo.md", "abs_ppo_mujoco.py")])
+def test_script_pages_list_the_epoch_rules_departure_from_the_papers_formula(page, script):
+    """The paper's Appendix 7.1 scales the epochs by L / L_min; the scripts scale them by L / --epochs-ref-steps (the
+    authors' code). The page's differences list this, with the epochs of both at L_min and L_max, which are the
+    script's own epoch rule (update_epochs_for) at its defaults, and the flag value that runs the formula."""
+    d, rule = args_defaults(script), script_function(script, "update_epochs_for")
+    base, ref, low, high = d["update_epochs"], d["epochs_ref_steps"], d["num_steps_min"], d["num_steps_max"]
+    extra = (d["min_update_epochs"],) if "min_update_epochs" in d else ()
+    paper = [base * L / low for L in (low, high)]
+    code = [rule(L, base, ref, *extra) for L in (low, high)]
+    assert all(p == int(p) for p in paper) and ref != low and code != paper
+    differences = " ".join(" ".join(section(page, "Differences from the paper")).split())
+    assert (f"N_epochs^scaled = N_epochs^base x L_adapt / L_min, which with `--update-epochs {base}` and "
+            f"L_min = {low} gives {paper[0]:.0f} epochs at L_min and {paper[1]:.0f} at L_max = {high}") in differences
+    assert f"(`--epochs-ref-steps {ref}`): {code[0]} epochs at L_min and {code[1]} at L_max" in differences
+    assert f"`--epochs-ref-steps {low}` runs the formula as written" in differences
