@@ -490,3 +490,15 @@ def test_script_pages_list_the_epoch_rules_departure_from_the_papers_formula(pag
             f"L_min = {low} gives {paper[0]:.0f} epochs at L_min and {paper[1]:.0f} at L_max = {high}") in differences
     assert f"(`--epochs-ref-steps {ref}`): {code[0]} epochs at L_min and {code[1]} at L_max" in differences
     assert f"`--epochs-ref-steps {low}` runs the formula as written" in differences
+
+
+def test_mujoco_1m_page_says_its_simulator_check_is_not_the_authors_mujoco():
+    """docs/results-mujoco-1m.md's simulator check ran a mujoco of the authors' series but not theirs: it names the
+    mujoco docs/ppo.md gives as the authors' and says the check did not run it."""
+    ppo = " ".join((ROOT / "docs" / "ppo.md").read_text(encoding="utf-8").split())
+    authors = re.search(r"gymnasium 0\.29\.1, mujoco (\d+\.\d+\.\d+)\)", ppo).group(1)
+    page = " ".join((ROOT / "docs" / "results-mujoco-1m.md").read_text(encoding="utf-8").split())
+    ran = set(re.findall(r"gymnasium 0\.29\.1 \+ mujoco (\d+\.\d+\.\d+)", page))
+    assert ran and authors not in ran
+    assert f"the authors pin mujoco {authors}" in page and f"The authors' exact mujoco, {authors}**, which the check " \
+        f"above did not run (it ran {', '.join(sorted(ran))})" in page
