@@ -31,6 +31,7 @@ LAST = ("test_report.py", "test_abs_utils.py", "test_docs.py", "test_divergence_
         "test_copies.py")
 # the report's unit tests, one file per module of reproduce/ beside test_report.py
 LAST += ("test_stats.py", "test_measures.py", "test_sections.py", "test_figures.py", "test_runs.py", "test_events.py")
+LAST += ("test_grid_protocol.py",)  # reads experiments.toml and the scripts' sources only
 
 
 def pytest_collection_modifyitems(items):

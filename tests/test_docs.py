@@ -2,6 +2,7 @@
 200 lines, none over 120 characters), and its two commands are there unchanged. Reads files only, in well under a
 second."""
 import ast
+import math
 import re
 from pathlib import Path
 
@@ -232,9 +233,9 @@ def test_default_tables_are_the_scripts_defaults(page, script):
 # Spans `--flag value` in a script's page that show another setting, not the default; every other such span quotes
 # the script's default, and a test keeps it so (a changed default, or a new example, must be written here or fixed).
 OTHER_SETTINGS = {
-    "pqn.md": {"--adapt-freq 1", "--num-minibatches 32", "--num-steps 40"},
+    "pqn.md": {"--adapt-freq 1", "--num-minibatches 32", "--num-steps 40", "--epochs-ref-steps 16"},
     "gns.md": {"--gns-timing after", "--gns-micro-batching contiguous", "--gns-start-steps 32"},
-    "ppo.md": {"--divergence ess"},
+    "ppo.md": {"--divergence ess", "--epochs-ref-steps 1024"},
     "btr.md": {"--epsilon-schedule linear", "--maxpool-size 0", "--epsilon-off-fraction 1"},
     "minatar.md": {"--obs-divisor 255"},
 }
@@ -355,3 +356,149 @@ def test_ppo_atari_bounds_table_is_what_its_committed_runs_give():
         assert (args["no_adapt"] if "no_adapt" in args else not args["adapt"]) and args["track_divergence"]
         assert (args["adapt_freq"], args["total_timesteps"], args["seed"]) == (2, 10_000_000, 1)
         assert f"--stop-at-step {args['stop_at_step']}" in page and args["run_name"] in page
+
+
+def flat(text):
+    """Text with its whitespace joined and Markdown's backticks dropped, for a phrase that a page restates."""
+    return " ".join(text.replace("`", "").split())
+
+
+def string_literals(path):
+    """The string constants of a Python file, adjacent ones joined as Python joins them (an f-string: its literal
+    parts): the messages a module prints, searchable by phrase."""
+    found = []
+    for node in ast.walk(ast.parse((ROOT / path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr):
+            found.append("".join(v.value for v in node.values if isinstance(v, ast.Constant)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+    return found
+
+
+def test_running_page_says_what_a_resume_with_another_total_needs():
+    """docs/running.md's advice on a finished run and on another --total-timesteps is what abs_utils/parsing.py
+    prints: another total needs --extend-schedules."""
+    messages = " ".join(flat(m) for m in string_literals("abs_utils/parsing.py"))
+    page = flat((ROOT / "docs" / "running.md").read_text(encoding="utf-8"))
+    assert "To train on, give a larger --total-timesteps with --extend-schedules" in messages
+    assert "to train on, give a larger --total-timesteps with --extend-schedules" in page
+    assert "to go on with every schedule over the new total, add --extend-schedules" in messages
+    assert "a larger --total-timesteps trains on" not in page
+
+
+def test_no_page_resumes_with_another_total_without_extend_schedules():
+    """A command line in the README or docs/ that resumes with a --total-timesteps also gives --extend-schedules:
+    without it abs_utils refuses another total than the checkpoint's (exit 2), and the checkpoint's own total
+    changes nothing."""
+    bad = [f"{page.relative_to(ROOT)}: {line.strip()}" for page in PAGES
+           for line in page.read_text(encoding="utf-8").split("\n")
+           if re.match(r"\s*(\S+=\S+ )*python \S+\.py .*--resume", line) and "--total-timesteps" in line
+           and "--extend-schedules" not in line]
+    assert not bad, bad
+
+
+def test_pages_name_abs_utils_as_the_package_it_is():
+    """The run machinery is the package abs_utils/; a page may name the earlier file abs_utils.py only for a commit
+    that had it (a sentence with a commit hash in it)."""
+    assert (ROOT / "abs_utils" / "__init__.py").is_file() and not (ROOT / "abs_utils.py").exists()
+    stale = []
+    for page in PAGES:
+        for sentence in re.split(r"(?<=[.;])\s", " ".join(page.read_text(encoding="utf-8").split())):
+            if re.search(r"(?<![\w/])abs_utils\.py", sentence) and not re.search(r"\b[0-9a-f]{7}\b", sentence):
+                stale.append(f"{page.relative_to(ROOT)}: {sentence}")
+    assert not stale, stale
+
+
+def test_readme_says_what_ci_runs():
+    """The README's account of .ci/run is its commands: a fresh venv from requirements-dev.txt, ruff, then pytest."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").split("\n")
+          if line.strip() and not line.startswith("#")]
+    steps = [next(i for i, line in enumerate(ci) if line.startswith(start))
+             for start in ("python3 -m venv ", "pip install --quiet -r requirements-dev.txt", "ruff check .",
+                           "pytest -q -n auto")]
+    assert steps == sorted(steps) and ci[-1] == "pytest -q -n auto", ci
+    readme = flat(README.read_text(encoding="utf-8"))
+    assert ("CI (.ci/run) makes a fresh virtual environment, installs requirements-dev.txt, runs ruff check ., then "
+            "pytest -q -n auto") in readme
+
+
+def test_readme_title_is_the_bibtex_title():
+    """The paper's title, as the README gives it, is the one in its bibtex entry."""
+    text = README.read_text(encoding="utf-8")
+    title = re.search(r'^Paper: "([^"]+)"', text, re.M).group(1)
+    assert re.search(r"^\s*title\s*=\s*\{([^}]+)\},$", text, re.M).group(1) == title
+
+
+def test_cpu_torch_commands_install_the_pinned_torch():
+    """The CPU-build command in the README and in requirements.txt's comment installs the version requirements.txt
+    pins, from PyTorch's CPU wheel index."""
+    requirements = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    pin = re.search(r"^torch==([\d.]+);", requirements, re.M).group(1)
+    command = f"pip install torch=={pin} --index-url https://download.pytorch.org/whl/cpu"
+    assert command in requirements and command in flat(README.read_text(encoding="utf-8"))
+    for text in (requirements, README.read_text(encoding="utf-8")):
+        assert set(re.findall(r"torch[= ]=?(\d+\.\d+\.\d+)", text)) == {pin}
+
+
+def test_benchmarks_page_device_test_counts_and_time_are_the_rehearsals():
+    """docs/benchmarks.md's device-test counts are tests/test_cuda.py's cases, and its time is the one the committed
+    rehearsal's console output ends its test run with."""
+    tree = ast.parse((ROOT / "tests" / "test_cuda.py").read_text(encoding="utf-8"))
+    cases = 0
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            sizes = [len(d.args[1].elts) for d in node.decorator_list
+                     if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "parametrize"]
+            cases += math.prod(sizes)
+    console = (ROOT / "bench" / "gpu" / "rehearsal" / "console.log").read_text(encoding="utf-8")
+    passed, skipped, seconds = re.search(r"=+ (\d+) passed, (\d+) skipped in ([\d.]+)s", console).groups()
+    assert int(passed) + int(skipped) == cases
+    page = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    assert f"On the CPU {passed} pass and {skipped} skip" in page
+    assert f"they took {float(seconds):.0f} s ([its console output](../bench/gpu/rehearsal/console.log))" in page
+
+
+def script_function(script, name):
+    """A pure function of a script's source (with the module-level functions it calls), without importing the
+    script, whose imports need its environments."""
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    needed, todo = [], [name]
+    while todo:  # the function and the module functions it calls, transitively
+        node = functions[todo.pop()]
+        needed.append(node)
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in functions
+                 and functions[n.id] not in needed and n.id not in todo]
+    namespace = {"math": math}
+    exec(compile(ast.Module(body=needed[::-1], type_ignores=[]), script, "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("page, script", [("pqn.md", "abs_pqn_atari.py"), ("ppo.md", "abs_ppo_mujoco.py")])
+def test_script_pages_list_the_epoch_rules_departure_from_the_papers_formula(page, script):
+    """The paper's Appendix 7.1 scales the epochs by L / L_min; the scripts scale them by L / --epochs-ref-steps (the
+    authors' code). The page's differences list this, with the epochs of both at L_min and L_max, which are the
+    script's own epoch rule (update_epochs_for) at its defaults, and the flag value that runs the formula."""
+    d, rule = args_defaults(script), script_function(script, "update_epochs_for")
+    base, ref, low, high = d["update_epochs"], d["epochs_ref_steps"], d["num_steps_min"], d["num_steps_max"]
+    extra = (d["min_update_epochs"],) if "min_update_epochs" in d else ()
+    paper = [base * L / low for L in (low, high)]
+    code = [rule(L, base, ref, *extra) for L in (low, high)]
+    assert all(p == int(p) for p in paper) and ref != low and code != paper
+    differences = " ".join(" ".join(section(page, "Differences from the paper")).split())
+    assert (f"N_epochs^scaled = N_epochs^base x L_adapt / L_min, which with `--update-epochs {base}` and "
+            f"L_min = {low} gives {paper[0]:.0f} epochs at L_min and {paper[1]:.0f} at L_max = {high}") in differences
+    assert f"(`--epochs-ref-steps {ref}`): {code[0]} epochs at L_min and {code[1]} at L_max" in differences
+    assert f"`--epochs-ref-steps {low}` runs the formula as written" in differences
+
+
+def test_mujoco_1m_page_says_its_simulator_check_is_not_the_authors_mujoco():
+    """docs/results-mujoco-1m.md's simulator check ran a mujoco of the authors' series but not theirs: it names the
+    mujoco docs/ppo.md gives as the authors' and says the check did not run it."""
+    ppo = " ".join((ROOT / "docs" / "ppo.md").read_text(encoding="utf-8").split())
+    authors = re.search(r"gymnasium 0\.29\.1, mujoco (\d+\.\d+\.\d+)\)", ppo).group(1)
+    page = " ".join((ROOT / "docs" / "results-mujoco-1m.md").read_text(encoding="utf-8").split())
+    ran = set(re.findall(r"gymnasium 0\.29\.1 \+ mujoco (\d+\.\d+\.\d+)", page))
+    assert ran and authors not in ran
+    assert f"the authors pin mujoco {authors}" in page and f"The authors' exact mujoco, {authors}**, which the check " \
+        f"above did not run (it ran {', '.join(sorted(ran))})" in page

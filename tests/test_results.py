@@ -299,6 +299,27 @@ def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
         assert said in page, said
 
 
+def test_ppo_atari_page_states_the_l_range_and_kl_of_the_committed_runs():
+    """docs/ppo-atari.md's argument for its L range and its --kl-low restates committed runs: the learning check's
+    PPO + ABS runs (their highest L and how often L was L_min) and the bounds runs' smallest KL."""
+    import events
+    page = " ".join((ROOT / "docs" / "ppo-atari.md").read_text().split())
+    check = ROOT / "results" / "ppo-atari-check" / "runs" / "ppo-atari5" / "PPO+ABS"
+    said = {}
+    for game in ("Breakout", "Qbert"):
+        steps, L = events.load_scalars(check / f"{game}-v5__1", ["adapt/num_steps"])["adapt/num_steps"]
+        L = np.asarray(L)
+        assert L.min() == 64 and L.max() < 256
+        said[game] = (int(L.max()), int((L == 64).sum()), len(L))
+    (b_max, b_min, b_n), (q_max, q_min, q_n) = said["Breakout"], said["Qbert"]
+    assert (f"rose to at most {b_max} on Breakout and {q_max} on Qbert, so L_max = 256 did not bind within 1M steps, "
+            f"and L was at L_min after {b_min} of Breakout's {b_n} measurements and {q_min} of Qbert's {q_n}") in page
+    bounds = ROOT / "results" / "ppo-atari-bounds" / "runs"
+    smallest = {f"{min(events.load_scalars(bounds / f'{game}-fixed128', ['adapt/kl'])['adapt/kl'][1]):.4f}"
+                for game in ("Breakout", "Qbert")}
+    assert smallest == {"0.0002"} and "the smallest single measurement seen (0.0002 on both games)" in page
+
+
 ATARI10 = ROOT / "results" / "atari10-early"
 
 

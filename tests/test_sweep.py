@@ -117,7 +117,8 @@ def test_mujoco_and_btr_expansion():
     assert {r.env_id for r in runs} == {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
     assert {r.label for r in runs} == {"PPO", "PPO+ABS"} and len(runs) == 30
     assert all(r.script == "abs_ppo_mujoco.py" and r.total_timesteps == 5_000_000 for r in runs)
-    assert [r.flags for r in runs[:2]] == [("--no-adapt", "--num-steps", "2048"), ()]
+    paper = ("--eval-episodes", "100")  # the paper's evaluation (the script's default is 10)
+    assert [r.flags for r in runs[:2]] == [(*paper, "--no-adapt", "--num-steps", "2048"), paper]
     assert builtin("mujoco", games=["Hopper"])[0].env_id == "Hopper-v4"
     runs = builtin("btr-atari5")
     assert {r.env_id for r in runs} == {"BattleZone-v5", "DoubleDunk-v5", "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"}
@@ -128,13 +129,14 @@ def test_mujoco_and_btr_expansion():
 
 def test_mujoco_ess_expansion_matches_the_mujoco_grid():
     games, exps = experiment_file.load_config()
-    same = ("games", "seeds", "total_timesteps", "checkpoint_every", "env_suffix", "benchmark", "script")
+    same = ("games", "seeds", "total_timesteps", "checkpoint_every", "env_suffix", "benchmark", "script", "flags")
     assert {k: exps["mujoco-ess"][k] for k in same} == {k: exps["mujoco"][k] for k in same}
     runs = builtin("mujoco-ess")
     assert len(runs) == 45 and {r.label for r in runs} == {"PPO", "PPO+ABS", "PPO+ABS-ESS"}
     assert {r.env_id for r in runs} == {r.env_id for r in builtin("mujoco")}
-    assert [r.flags for r in runs[:3]] == [("--no-adapt", "--num-steps", "2048"), ("--divergence", "kl"),
-                                           ("--divergence", "ess")]
+    paper = ("--eval-episodes", "100")
+    assert [r.flags for r in runs[:3]] == [(*paper, "--no-adapt", "--num-steps", "2048"),
+                                           (*paper, "--divergence", "kl"), (*paper, "--divergence", "ess")]
     assert experiment_file.reference_and_comparisons("mujoco-ess", exps["mujoco-ess"]) == (
         "PPO+ABS-ESS", [("PPO+ABS", "PPO"), ("PPO+ABS-ESS", "PPO")])
 
@@ -813,3 +815,17 @@ def test_workers_divide_the_cores_and_a_users_thread_flag_wins(tmp_path):
     assert len(commands) == 2 and all(c[-6:] == ["--stop-at-step", "2000000", "--torch-threads", threads,
                                                  "--env-threads", threads] for c in commands), out.stdout
     assert "4,000,000 steps" in out.stdout  # the prefix's steps, not 2 x 20M
+
+
+def test_docs_state_the_slurm_stop_lead_and_wait():
+    """docs/running.md and docs/reproducing.md give --signal-delay-s's default and the wait it leaves the script, as
+    sweep.py sets them (the wait: the delay less 30 s)."""
+    delay = sweep.parse_args(["run", "mujoco"]).signal_delay_s
+    assert "grace_s=max(10, args.signal_delay_s - 30)" in (ROOT / "reproduce" / "sweep.py").read_text()
+    running = " ".join((ROOT / "docs" / "running.md").read_text().split())
+    reproducing = " ".join((ROOT / "docs" / "reproducing.md").read_text().split())
+    assert f"`--signal-delay-s` ({delay} s) before the time limit, and waits `--signal-delay-s` - 30 = {delay - 30} s" \
+        in running
+    assert f"If the longest is above {delay - 30} s" in running
+    assert f"`--signal-delay-s` ({delay} s) before its time limit" in reproducing
+    assert f"waits {delay - 30} s" in reproducing
