@@ -11,6 +11,7 @@ concern:
   checkpoint and the rules that relate the two (step budget, stop, finished run).
 - `checkpoint.py`: the atomic writers, every RNG's state, loading a weights-only checkpoint and checking it.
 - `evaluation.py`: `summarize_eval` (eval_results.json's "eval") and the Atari evaluation loop `play_atari_games`.
+- `writer.py`: `event_writer`, the run's TensorBoard writer, its file named to sort after the run's earlier ones.
 - `run.py`: `Run`, which carries the run directory (locked while the run lives), seeds, device, TensorBoard writer,
   timings, progress line, checkpoints, stop signals, the non-finite stop and eval_results.json through the loop:
 

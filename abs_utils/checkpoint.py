@@ -131,8 +131,9 @@ def digest(obj) -> str:
 
 def atomic_torch_save(path: str, obj) -> None:
     """torch.save(obj) atomically (write_atomically); a dict gets its digest (digest) as "digest"."""
-    if isinstance(obj, dict):
-        obj = {**obj, "digest": digest(obj)}
+    if isinstance(obj, dict):  # (a digest it holds, of what it was read from, is replaced)
+        body = {k: v for k, v in obj.items() if k != "digest"}
+        obj = {**body, "digest": digest(body)}
     write_atomically(path, lambda f: torch.save(obj, f), stored_bytes(obj))
 
 

@@ -15,13 +15,13 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, describe_error,
                          disk_error, rng_state, set_rng_state, unchanged_since_read)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
 from .signals import stop_outside_loop
+from .writer import event_writer
 
 
 def env_seed(seed: int, global_step: int) -> int:
@@ -138,7 +138,7 @@ class Run:
             keep_earlier_result(self.dir, global_step)
             self.train_seconds = self.resumed_from["train_seconds"]
             self.perf.update(self.resumed_from["perf"])
-        self.writer = SummaryWriter(self.dir, purge_step=global_step + 1 if self.resumed_from is not None else 0)
+        self.writer = event_writer(self.dir, purge_step=global_step + 1 if self.resumed_from is not None else 0)
         if self.resumed_from is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in vars(self.args).items()))

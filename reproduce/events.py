@@ -69,8 +69,54 @@ class Scalars:
 
 
 def event_files(run_dir: Path) -> list[Path]:
-    """The event files TensorBoard reads for a run directory, in its reading order."""
-    return sorted(p for p in run_dir.iterdir() if p.is_file() and io_wrapper.IsSummaryEventsFile(str(p)))
+    """A run directory's event files in the order they were written. TensorBoard's order, by name, is the wall
+    clock's, and a resume made on a node whose clock was behind names its file before the one it continues, whose
+    events, read after it, would hide the resumed ones (the scripts name new files after the old since
+    abs_utils.writer, but a directory may hold older files). So a resume's file (its writer's session START at the
+    checkpoint's step + 1, s > 0) is read only once a file with a step below s has been: in name order otherwise,
+    which keeps a fresh start over a killed attempt's files (START at 0) last."""
+    files = sorted(p for p in run_dir.iterdir() if p.is_file() and io_wrapper.IsSummaryEventsFile(str(p)))
+    heads = {p: file_head(p) for p in files}
+    order, waiting, lowest = [], [], float("inf")
+    for p in files:
+        waiting.append(p)
+        placed = True
+        while placed:  # place every waiting file whose predecessor is in: the lowest START first, then by name
+            placed = False
+            for q in sorted(waiting, key=lambda w: heads[w][0]):
+                start, first = heads[q]
+                if start <= 0 or lowest < start:
+                    order.append(q)
+                    waiting.remove(q)
+                    lowest = min(lowest, first if first is not None else float("inf"))
+                    placed = True
+                    break
+    return order + waiting
+
+
+def file_head(path: Path, records: int = 8) -> tuple[int, int | None]:
+    """(the step of the session START among a file's first records, its writer's purge step, or -1 without one; the
+    step of its first summary, None without one)."""
+    start, first = -1, None
+    try:
+        with open(path, "rb") as f:
+            for _ in range(records):
+                header = f.read(12)
+                if len(header) < 12:
+                    break
+                length = struct.unpack("<Q", header[:8])[0]
+                if length > 1 << 20:  # no record of these files is this long: a damaged one
+                    break
+                event = event_pb2.Event.FromString(f.read(length))
+                f.read(4)
+                if event.HasField("session_log") and event.session_log.status == START and start < 0:
+                    start = event.step
+                elif event.HasField("summary") and first is None:
+                    first = event.step
+                    break
+    except (OSError, DecodeError, struct.error):
+        pass
+    return start, first
 
 
 def read_event_file(path: Path, scalars: Scalars | None = None) -> EventFile:

@@ -441,7 +441,7 @@ def test_run_checkpoints_at_boundaries_and_the_end_and_resumes_the_timings(tmp_p
     assert ck["global_step"] == 128 and ck["perf"] == {"env": 1.5, "update": 0.0} and ck["run_name"] == "r"
     assert ck["args"]["checkpoint_every"] == 100 and set(ck["rng"]) == {"python", "numpy", "torch"}
     ck["train_seconds"] = 42.0
-    torch.save(ck, run.checkpoint_path)
+    U.atomic_torch_save(run.checkpoint_path, ck)  # as a run that had trained 42 s writes it
     run.writer.close()
     run.lock.close()  # the first process ended
     args, checkpoint = parse(["--resume", run.checkpoint_path, "--total-timesteps", "2000", "--extend-schedules"])
