@@ -129,6 +129,15 @@ def digest(obj) -> str:
     return h.hexdigest()
 
 
+def remove_stale_temps(run_dir: str) -> None:
+    """Remove the <file>.tmp a run killed inside a write left (SIGKILL, a lost node): its file is the older one, whole;
+    called by the run that holds the directory's lock, so no live write is touched."""
+    for name in os.listdir(run_dir):
+        if name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(run_dir, name))
+
+
 def atomic_torch_save(path: str, obj) -> None:
     """torch.save(obj) atomically (write_atomically); a dict gets its digest (digest) as "digest"."""
     if isinstance(obj, dict):  # (a digest it holds, of what it was read from, is replaced)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, describe_error,
-                         disk_error, rng_state, set_rng_state, unchanged_since_read)
+                         disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
 from .signals import stop_outside_loop
@@ -105,6 +105,7 @@ class Run:
         self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
         self.saved_step = None if checkpoint is None else checkpoint["global_step"]  # of checkpoint.pt, intact
         self.lock = lock_run_directory(self.dir, checkpoint is not None, args.output_dir)
+        remove_stale_temps(self.dir)  # a write killed midway (its file is the older one, whole)
         if checkpoint is not None and not unchanged_since_read(args.resume, checkpoint):  # another resume, meanwhile
             refuse(f"--resume: {args.resume} changed after it was read (another run resumed it in the meantime); "
                    f"nothing was written: run the same command again to go on from the new checkpoint")

@@ -70,8 +70,10 @@ def test_a_flipped_bit_or_overwritten_bytes_are_refused_and_an_intact_checkpoint
         assert files_of(tmp_path / "r") == before  # nothing written, the run's lock included
 
     ckpt.write_bytes(original)
+    (tmp_path / "r" / "checkpoint.pt.tmp").write_bytes(original[: len(original) // 2])  # a write killed midway
     p = run(["--resume", str(ckpt)], tmp_path)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert not (tmp_path / "r" / "checkpoint.pt.tmp").exists()  # removed by the run that holds the lock
 
 
 def test_a_checkpoint_written_before_digests_still_resumes(tmp_path):
