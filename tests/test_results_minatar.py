@@ -1,0 +1,47 @@
+"""results/minatar-batches/, published run by run while its grid runs (docs/results-minatar-batches.md): every
+published run is whole (result, events, log; no checkpoint), trained at the analysis's commit with the grid's flags,
+and the committed report is what reproduce/sweep.py makes again of the published runs (their games and seeds)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "results" / "minatar-batches"
+RUNS = HERE / "runs" / "minatar-batches"
+ANALYSIS_COMMIT = "7c3c949"  # the commit that fixed the analysis: the runs train at it
+LABEL_FLAGS = {"ABS": {"adapt": True}, "Small": {"adapt": False, "num_steps": 16},
+               "Vanilla": {"adapt": False, "num_steps": 32, "track_divergence": True},
+               "Large": {"adapt": False, "num_steps": 64}}
+
+
+def published():
+    return sorted((d.parent.name, *d.name.rsplit("__", 1)) for d in RUNS.glob("*/*__*") if d.is_dir())
+
+
+def test_every_published_run_is_whole_and_of_the_preregistered_grid():
+    runs = published()
+    assert runs, "no run published"
+    for label, game, seed in runs:
+        d = RUNS / label / f"{game}__{seed}"
+        res = json.loads((d / "eval_results.json").read_text())
+        assert res["complete"] and res["total_timesteps"] == 10_000_000 and res["eval"]["episodes"] == 100
+        a = res["args"]
+        assert (a["sticky_action_prob"], a["difficulty_ramping"], a["max_episode_steps"]) == (0.1, True, 0)
+        assert {k: a[k] for k in LABEL_FLAGS[label]} == LABEL_FLAGS[label] and a["seed"] == int(seed)
+        assert list(d.glob("events.out.tfevents.*")) and not list(d.glob("*.pt"))
+        log = (d.parent / "logs" / f"{game}__{seed}.log").read_text()
+        assert f"[sweep] source: commit {ANALYSIS_COMMIT}" in log
+
+
+def test_the_report_is_made_again_from_the_published_runs(tmp_path):
+    runs = published()
+    games = sorted({g for _, g, _ in runs})
+    seeds = sorted({int(s) for _, _, s in runs})
+    p = subprocess.run([sys.executable, "reproduce/sweep.py", "report", "minatar-batches", "--root",
+                        str(HERE / "runs"), "--games", *games, "--seeds", *map(str, seeds), "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    committed, fresh = (HERE / "report.md").read_text(), (tmp_path / "report.md").read_text()
+    assert fresh == committed, ("regenerate with: python reproduce/sweep.py publish minatar-batches --root RUNS "
+                                "--out results/minatar-batches")
