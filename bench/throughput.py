@@ -405,6 +405,11 @@ def main(argv=None):
                           (f"{row['sps']:.0f} SPS" if "sps" in row else f"failed ({row['returncode']})") +
                           (f", stopped at {row['wall_seconds']:.0f} s" if row["stopped"] else "") +
                           (f", {row['steps']} steps" if "steps" in row else ""), flush=True)
+                    refused = bad_input_line(row, out / "log.txt")
+                    if refused:  # the script refused its flags (exit 2): every run would, so stop with its line
+                        print(f"error: {name} ({script}) refused its flags (with --extra-args {args.extra_args!r}): "
+                              f"{refused.removeprefix('error: ')}", file=sys.stderr)
+                        return 2
                     if "sps" not in row:  # its cause here, not only in results.json
                         print(f"  command: {row['command']}\n  last lines of its output:\n{log_tail(out / 'log.txt')}",
                               flush=True)
@@ -434,6 +439,16 @@ def main(argv=None):
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def bad_input_line(row: dict, log: Path) -> str | None:
+    """A run the script refused as bad input (exit 2): its one `error:` line, else None."""
+    if row.get("returncode") != 2:
+        return None
+    try:
+        return next((ln for ln in reversed(log.read_text().splitlines()) if ln.startswith("error: ")), None)
+    except OSError:
+        return None
 
 
 def failures(results: dict) -> tuple[list[str], list[str]]:

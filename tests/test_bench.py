@@ -304,3 +304,14 @@ def test_running_page_quotes_the_ppo_threads_record():
               f"a ratio of {two['ratio']:.3f}")
     assert quoted in page, quoted
     assert f"--rounds {record['rounds']} --out bench/ppo-threads" in page and "busy 2-core machine" in page
+
+
+def test_extra_args_a_script_refuses_stop_the_benchmark_with_the_scripts_line(tmp_path):
+    """Every variant would fail the same: the first refusal (exit 2) ends the benchmark with the script's own line,
+    which names the flag and the value, and exit 2."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "throughput.py"), "--quick", "--groups", "ppo",
+                        "--extra-args", "--seed x", "--out", str(tmp_path)], capture_output=True, text=True,
+                       timeout=300)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.startswith("error: PPO fixed L=2048 (abs_ppo_mujoco.py) refused its flags")
+    assert "--seed" in last and "'x'" in last, last
