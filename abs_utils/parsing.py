@@ -7,7 +7,9 @@ is created:
   command line to the checkpoint (`resume_problems`: the step budget, another total only with --extend-schedules,
   the stop, a run that has finished).
 """
+import atexit
 import dataclasses
+import fcntl
 import json
 import math
 import os
@@ -16,7 +18,7 @@ import sys
 import time
 from typing import NamedTuple, Optional
 
-from .checkpoint import check_checkpoint, load_checkpoint
+from .checkpoint import WRITE_FAILED_EXIT, check_checkpoint, disk_error, load_checkpoint
 from .flags import check_flags, flag_of, given_flags, refuse, tyro_cli
 
 
@@ -135,6 +137,32 @@ def new_run_directory(args) -> None:
         if os.path.exists(os.path.join(run_dir, name)):
             raise ValueError(f"--run-name: {run_dir} already holds an earlier run's {name}; continue it with "
                              f"--resume {os.path.join(run_dir, 'checkpoint.pt')} or choose another --run-name")
+
+
+def lock_run_directory(run_dir: str, resumed: bool, output_dir: str):
+    """Create run_dir and hold an exclusive flock on run_dir/.lock: one live run per directory; the OS drops the
+    lock when the process ends, however it ends. Another live run, or a directory that cannot be made, is one line
+    naming the flag that chose it, exit 2. Returns the open lock file (keep it; Run.begin marks it `used`). A .lock
+    made here is removed again when the process ends before the run began (a refused resume writes nothing)."""
+    path = os.path.join(run_dir, ".lock")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        made = not os.path.exists(path)
+        lock = open(path, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if disk_error(e):  # a full disk is no bad input: the same command works once there is space
+            print(f"error: could not write {run_dir}/.lock: {os.strerror(e.errno).lower()}; nothing was written: free "
+                  "space, then run the same command again", file=sys.stderr)
+            sys.exit(WRITE_FAILED_EXIT)
+        flag = "--resume" if resumed else "--run-name" if os.path.isdir(output_dir) else "--output-dir"
+        print(f"error: {flag}: {run_dir} " + ("is in use by another live run" if isinstance(e, BlockingIOError)
+                                              else f"cannot be written ({e.strerror})"), file=sys.stderr)
+        sys.exit(2)
+    lock.used = False
+    if made and resumed:
+        atexit.register(lambda: getattr(lock, "used", True) or os.path.exists(path) and os.remove(path))
+    return lock
 
 
 def parse_args(cls, script: str, problems, run_control_flags, state: dict, argv=None):

@@ -3,7 +3,6 @@ checkpoints, stop signals, the non-finite stop and its result, eval_results.json
 abs_utils/__init__.py)."""
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import random
@@ -20,6 +19,7 @@ from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomi
                          disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
+from .parsing import lock_run_directory
 from .signals import stop_outside_loop
 from .writer import event_writer
 
@@ -43,26 +43,6 @@ LOSS_SCALES = ("learning_rate", "ent_coef", "vf_coef", "munchausen_alpha", "max_
 
 def loss_scales(args) -> str:
     return ", ".join(f"{flag_of(n)} {getattr(args, n)}" for n in LOSS_SCALES if hasattr(args, n))
-
-
-def lock_run_directory(run_dir: str, resumed: bool, output_dir: str):
-    """Create run_dir and hold an exclusive flock on run_dir/.lock: one live run per directory; the OS drops the
-    lock when the process ends, however it ends. Another live run, or a directory that cannot be made, is one line
-    naming the flag that chose it, exit 2. Returns the open lock file (keep it)."""
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        lock = open(os.path.join(run_dir, ".lock"), "a")
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if disk_error(e):  # a full disk is no bad input: the same command works once there is space
-            print(f"error: could not write {run_dir}/.lock: {os.strerror(e.errno).lower()}; nothing was written: free "
-                  "space, then run the same command again", file=sys.stderr)
-            sys.exit(WRITE_FAILED_EXIT)
-        flag = "--resume" if resumed else "--run-name" if os.path.isdir(output_dir) else "--output-dir"
-        print(f"error: {flag}: {run_dir} " + ("is in use by another live run" if isinstance(e, BlockingIOError)
-                                              else f"cannot be written ({e.strerror})"), file=sys.stderr)
-        sys.exit(2)
-    return lock
 
 
 def seed_everything(args) -> None:
@@ -139,6 +119,7 @@ class Run:
             keep_earlier_result(self.dir, global_step)
             self.train_seconds = self.resumed_from["train_seconds"]
             self.perf.update(self.resumed_from["perf"])
+        self.lock.used = True  # from here the run writes: its .lock stays
         self.writer = event_writer(self.dir, purge_step=global_step + 1 if self.resumed_from is not None else 0)
         if self.resumed_from is None:
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(

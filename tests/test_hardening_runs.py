@@ -140,6 +140,7 @@ def test_a_signal_during_the_evaluation_then_resume_evaluates_again_and_a_finish
         assert line.startswith("error: --resume: ") or "comes from the checkpoint" in line, (name, line)
         assert str(folder / "checkpoint.pt") in line and all(n in line for n in needles), (name, line)
         assert files_of(folder) == written, name  # no event file, no result, the checkpoint untouched
+        assert not (folder / ".lock").exists(), name  # the lock the refused resume took is removed with it
 
 
 def test_a_prefix_run_stopped_during_its_evaluation_is_evaluated_again_at_its_stop(tmp_path):
