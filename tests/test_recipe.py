@@ -1,12 +1,19 @@
-"""docs/adding-abs.md, run: the page's code blocks, assembled into a CleanRL-shaped PPO loop on a small Gaussian policy
-and a real MuJoCo env (Hopper-v5, 2 envs, L in [8, 32]), train for a few hundred steps with L moving; the schedule
-they give is compared with abs_ppo_mujoco.py's own functions, iteration by iteration and over random configurations.
+"""docs/adding-abs.md, run: each of the page's paths, its code blocks assembled into a loop of the CleanRL file it
+edits, trains on a real environment with L moving, and the schedule it gives is compared with
+the script's own functions, iteration by iteration:
+
+- PPO (`ppo_continuous_action.py`): a small Gaussian policy on Hopper-v5, 2 envs, L in [8, 32], against
+  abs_ppo_mujoco.py, and over random configurations;
+- PQN (`pqn_atari_envpool.py`): a small Q-network on Breakout-v5 (envpool), 4 envs, L in [4, 16], against
+  abs_pqn_atari.py's ABSScheduler, update_epochs_for and q_lambda_returns.
 
 The page marks each block with `<!-- recipe: NAME -->`; a line `...  # CleanRL: what, unchanged` in a block stands for
 CleanRL's own lines, which this file supplies (SLOTS: written here, not copied, and doing what CleanRL's do). A block
 renamed, removed or broken on the page fails these tests.
 """
 import ast
+import contextlib
+import copy
 import dataclasses
 import importlib.util
 import random
@@ -23,12 +30,21 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "adding-abs.md"
 sys.path.insert(0, str(ROOT))  # the script imports abs_utils beside it
-_spec = importlib.util.spec_from_file_location("abs_ppo_mujoco", ROOT / "abs_ppo_mujoco.py")
-ppo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ppo)
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ppo, pqn = script("abs_ppo_mujoco"), script("abs_pqn_atari")
 
 BLOCK = re.compile(r"<!-- recipe: ([a-z-]+) -->\n```python\n(.*?)\n```", re.S)
-ORDER = ["schedule", "imports", "flags", "agent", "divergence", "setup", "loop-top", "rollout", "update", "measure"]
+PPO_ORDER = ["imports", "flags", "agent", "divergence", "setup", "loop-top", "rollout", "update", "measure"]
+PQN_ORDER = ["pqn-flags", "pqn-defaults", "pqn-divergence", "pqn-storage", "pqn-rollout", "pqn-update", "pqn-measure"]
+ORDER = ["schedule", *PPO_ORDER, *PQN_ORDER]
 SLOT = re.compile(r"^( *)\.\.\.  # CleanRL: ([^,(]+?)(?:,| \(|$).*$", re.M)
 
 # CleanRL's unchanged lines at each `...` of the page, with what the test records (trace.*) added.
@@ -153,11 +169,14 @@ def page_blocks() -> dict:
     return dict(found)
 
 
-def fill_slots(code: str) -> str:
-    """The block with each `...  # CleanRL: what` line replaced by SLOTS[what], at its indentation."""
+def fill_slots(code: str, slots=None) -> str:
+    """The block with each `...  # CleanRL: what` line replaced by slots[what] (SLOTS: the PPO path's), at its
+    indentation."""
+    slots = SLOTS if slots is None else slots
+
     def replace(m):
-        assert m.group(2) in SLOTS, f"adding-abs.md: no stand-in for CleanRL's {m.group(2)!r}"
-        return textwrap.indent(textwrap.dedent(SLOTS[m.group(2)]).strip("\n"), m.group(1))
+        assert m.group(2) in slots, f"adding-abs.md: no stand-in for CleanRL's {m.group(2)!r}"
+        return textwrap.indent(textwrap.dedent(slots[m.group(2)]).strip("\n"), m.group(1))
     return SLOT.sub(replace, code)
 
 
@@ -378,6 +397,341 @@ def test_the_pages_flags_are_the_scripts_with_its_defaults():
         assert name not in page and name in script
 
 
-def test_every_cleanrl_stand_in_is_used_once():
-    used = [m.group(2) for name, code in page_blocks().items() for m in SLOT.finditer(code)]
-    assert sorted(used) == sorted(SLOTS), used
+@pytest.mark.parametrize("order, slots", [(PPO_ORDER, "SLOTS"), (PQN_ORDER, "PQN_SLOTS")])
+def test_every_cleanrl_stand_in_is_used_once(order, slots):
+    blocks, slots = page_blocks(), globals()[slots]
+    used = [m.group(2) for name in order for m in SLOT.finditer(blocks[name])]
+    assert sorted(used) == sorted(slots), used
+
+
+# ================================================================ the PQN path: CleanRL's pqn_atari_envpool.py
+# CleanRL's Args of pqn_atari_envpool.py, the flags its loop reads, with CleanRL's defaults; the page's pqn-defaults
+# block replaces some of these lines.
+CLEANRL_PQN_ARGS = """
+    seed: int = 1
+    env_id: str = "Breakout-v5"
+    total_timesteps: int = 10000000
+    learning_rate: float = 2.5e-4
+    num_envs: int = 8
+    num_steps: int = 128
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    max_grad_norm: float = 10.0
+    start_e: float = 1
+    end_e: float = 0.01
+    exploration_fraction: float = 0.10
+    q_lambda: float = 0.65
+"""
+
+PQN_SLOTS = {
+    "start the game": """
+        global_step = 0
+        next_obs = torch.as_tensor(envs.reset(), dtype=torch.float32, device=device)
+        next_done = torch.zeros(args.num_envs, device=device)
+        """,
+    "one env step": """
+        global_step += args.num_envs
+        obs[step], dones[step] = next_obs, next_done
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                  global_step)
+        with torch.no_grad():
+            values[step], greedy = q_network(next_obs).max(dim=1)
+        explore = torch.rand(args.num_envs, device=device) < epsilon
+        action = torch.where(explore, torch.randint(0, envs.single_action_space.n, (args.num_envs,), device=device),
+                             greedy)
+        actions[step] = action
+        next_obs, reward, next_done, info = envs.step(action.cpu().numpy())
+        rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        next_done = torch.as_tensor(next_done, dtype=torch.float32, device=device)
+        game_over = next_done.bool().cpu().numpy() & (info["lives"] == 0)
+        if game_over.any():
+            avg_returns.extend(info["r"][game_over].tolist())
+            writer.add_scalar("charts/avg_episodic_return", np.average(avg_returns), global_step)
+        trace.step(obs[step], actions[step], values[step], rewards[step], next_done)
+        trace.bootstrap(q_network, next_obs)
+        """,
+    "one minibatch's loss and optimizer step": """
+        q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds].long().unsqueeze(1)).squeeze(1)
+        loss = F.mse_loss(q_taken, b_returns[mb_inds])
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+        optimizer.step()
+        """,
+    "the iteration's logging": """
+        writer.add_scalar("losses/td_loss", loss, global_step)
+        trace.iteration(global_step, optimizer, q_network, scheduler, obs, b_obs, b_actions, b_returns)
+        """,
+}
+
+PQN_HARNESS = '''
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+{imports}
+
+
+{schedule}
+
+
+@dataclass
+class Args:  # CleanRL's flags that the loop reads (with the page's changed defaults), then the page's
+{cleanrl}
+{flags}
+
+
+class QNetwork(nn.Module):  # CleanRL's PQN shape (LayerNorm after every layer, forward on x / 255.0), narrower
+    def __init__(self, env):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 8, 8, stride=4), nn.LayerNorm([8, 20, 20]), nn.ReLU(),
+            nn.Conv2d(8, 8, 4, stride=2), nn.LayerNorm([8, 9, 9]), nn.ReLU(), nn.Flatten(),
+            nn.Linear(648, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, env.single_action_space.n))
+
+    def forward(self, x):
+        return self.network(x / 255.0)
+
+
+def linear_schedule(start_e, end_e, duration, t):
+    return max(start_e + (end_e - start_e) * t / duration, end_e)
+
+
+{divergence}
+
+
+def train(args, envs, writer, trace, device=torch.device("cpu")):
+    q_network = QNetwork(envs).to(device)
+    optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+{loop}
+    return q_network, snapshot, scheduler, global_step, obs
+'''
+
+
+def with_defaults(args_lines: str, block: str) -> str:
+    """CleanRL's Args lines with each line of `block` in place of CleanRL's line of the same flag."""
+    changed = {line.split(":")[0].strip(): line for line in block.splitlines() if line.strip()}
+    out = [changed.pop(line.split(":")[0].strip(), line) for line in args_lines.strip("\n").splitlines()]
+    assert not changed, f"pqn-defaults changes flags CleanRL's Args does not have: {sorted(changed)}"
+    return "\n".join(out)
+
+
+def pqn_module() -> dict:
+    b = page_blocks()
+    loop = "\n".join(fill_slots(b[name], PQN_SLOTS) for name in ("pqn-storage", "pqn-rollout", "pqn-update",
+                                                                  "pqn-measure"))
+    code = PQN_HARNESS.format(imports=b["imports"], schedule=b["schedule"], divergence=b["pqn-divergence"],
+                              cleanrl=with_defaults(CLEANRL_PQN_ARGS, b["pqn-defaults"]), flags=b["pqn-flags"],
+                              loop=textwrap.indent(loop, "    "))
+    namespace = {"__name__": "recipe_pqn"}
+    exec(compile(code, "docs/adding-abs.md, PQN (assembled by tests/test_recipe.py)", "exec"), namespace)
+    return namespace
+
+
+class CleanRLAtari:
+    """envpool's Breakout-v5 as CleanRL's PQN sees it (envpool.make(..., env_type="gym") in envpool < 0.9): reset()
+    gives the observations, step() gives (obs, reward, done, info) with done = terminated or truncated, and CleanRL's
+    episode statistics of the game so far, info["r"] and info["l"], beside envpool's info["lives"]."""
+
+    def __init__(self, num_envs, seed):
+        import envpool
+        self.env = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=True,
+                                reward_clip=True, num_threads=1)
+        self.num_envs, self.single_action_space = num_envs, self.env.action_space
+        self.single_observation_space = self.env.observation_space
+        self.single_action_space.seed(seed)
+
+    def reset(self):
+        self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+        return self.env.reset()[0]
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.returns += info["reward"]
+        self.lengths += 1
+        info = {**info, "r": self.returns.copy(), "l": self.lengths.copy()}
+        game_over = info["terminated"].astype(bool) | truncated
+        self.returns[game_over], self.lengths[game_over] = 0.0, 0
+        return obs, reward, terminated | truncated, info
+
+    def close(self):
+        self.env.close()
+
+
+class PQNTrace:
+    """What each iteration of the assembled PQN loop did, read from the data it handled: the rows it collected, its
+    targets against abs_pqn_atari.q_lambda_returns, the storage it used, the learning rate, the gradient steps
+    (RAdam's count) and every measurement the scheduler received."""
+
+    def __init__(self, args):
+        self.args, self.rows, self.iterations, self.deltas, self.storage = args, [], [], [], set()
+
+    def step(self, *row):
+        self.rows.append([x.clone() for x in row])
+
+    @torch.no_grad()
+    def bootstrap(self, q_network, next_obs):  # max_a Q after the latest step, by the network that collected it
+        self.last_value = q_network(next_obs).max(dim=1).values
+
+    def iteration(self, global_step, optimizer, q_network, scheduler, obs, b_obs, b_actions, b_returns):
+        L, E = len(self.rows), self.args.num_envs
+        frames, actions, values, rewards, ended = (torch.stack(x) for x in zip(*self.rows))
+        assert b_obs.dtype == torch.uint8 and torch.equal(b_obs, frames.reshape(b_obs.shape))
+        assert torch.equal(b_actions, actions.reshape(b_actions.shape))
+        self.storage.add((obs.data_ptr(), tuple(obs.shape)))  # allocated once: one buffer for every iteration
+        # Q(lambda) over these L rows, bootstrapped with max_a Q after the last one; an episode end stops the target
+        next_values = torch.cat([values[1:], self.last_value.unsqueeze(0)])
+        expected = pqn.q_lambda_returns(rewards, next_values, ended, ended, self.args.gamma, self.args.q_lambda)
+        torch.testing.assert_close(b_returns, expected.reshape(-1), rtol=1e-5, atol=1e-6)
+        adam_steps = int(optimizer.state[next(q_network.parameters())]["step"])
+        done_before = sum(it["gradient_steps"] for it in self.iterations)
+        self.iterations.append({"L": L, "start": global_step - L * E, "lr": optimizer.param_groups[0]["lr"],
+                                "gradient_steps": adam_steps - done_before, "ended": int(ended.sum()),
+                                "measured": scheduler.num_measurements > len(self.deltas)})
+        if self.iterations[-1]["measured"]:
+            self.deltas.append(scheduler.history[-1])
+        self.rows = []
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread: the runs' networks are tiny, and a second thread only spins against envpool's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_pqn_recipe(tmp_path, **overrides):
+    from torch.utils.tensorboard import SummaryWriter
+
+    recipe = pqn_module()
+    args = recipe["Args"](**overrides)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    envs, writer, trace = CleanRLAtari(args.num_envs, args.seed), SummaryWriter(str(tmp_path)), PQNTrace(args)
+    with one_thread():
+        q_network, snapshot, scheduler, global_step, obs = recipe["train"](args, envs, writer, trace)
+    writer.close()
+    envs.close()
+    return args, trace, events_of(tmp_path), global_step, obs
+
+
+def events_of(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# 4 envs in 2 minibatches, L in [4, 16] (every length), K = 2, W = burn-in = 2, a fast EMA, the epoch rule at 2
+# epochs for L = 8, a learning rate that moves the greedy actions, and the paper's bounds of 5% and 95%.
+PQN_TINY = dict(num_envs=4, num_minibatches=2, total_timesteps=1200, num_steps_min=4, num_steps_max=16, adapt_freq=2,
+                window=2, ema_beta=0.5, ref_batch_size=32, epochs_ref_steps=8, learning_rate=1e-3, anneal_lr=True,
+                exploration_fraction=0.5)
+
+
+@pytest.fixture(scope="module")
+def pqn_run(tmp_path_factory):
+    return run_pqn_recipe(tmp_path_factory.mktemp("recipe_pqn"), **PQN_TINY)
+
+
+def test_the_pqn_loop_uses_uint8_storage_allocated_once_and_q_lambda_targets_over_l_rows(pqn_run):
+    args, trace, _, global_step, obs = pqn_run
+    assert trace.storage == {(obs.data_ptr(), (args.num_steps_max, args.num_envs, 4, 84, 84))}
+    assert obs.dtype == torch.uint8
+    assert sum(it["ended"] for it in trace.iterations) > 0  # the targets were checked across episode ends too
+    assert args.total_timesteps <= global_step < args.total_timesteps + args.num_envs * args.num_steps_max
+
+
+def test_the_pqn_loop_follows_abs_pqn_atari_iteration_by_iteration(pqn_run):
+    """L, the epochs (counted as RAdam's steps), the learning rate and the measured iterations are what
+    abs_pqn_atari.py's ABSScheduler, update_epochs_for, learning_rate_at and measures_in give for the same
+    measurements; L moves, first at the iteration after the W-th measurement (iteration W x K, counted from 1)."""
+    args, trace, events, _, _ = pqn_run
+    its = trace.iterations
+    script = pqn.ABSScheduler(args.num_steps_min, args.num_steps_max, args.window, args.ema_beta, args.divergence_low,
+                              args.divergence_high, "log", args.burn_in)
+    deltas = iter(trace.deltas)
+    for i, it in enumerate(its):
+        assert it["L"] == script.num_steps, i
+        assert it["gradient_steps"] == pqn.update_epochs_for(it["L"], args.update_epochs,
+                                                             args.epochs_ref_steps) * args.num_minibatches, i
+        assert it["lr"] == pytest.approx(pqn.learning_rate_at(args.learning_rate, it["start"], args.total_timesteps,
+                                                              args.anneal_lr), rel=1e-12, abs=0), i
+        assert it["measured"] == pqn.measures_in(i, args.adapt_freq), i
+        if it["measured"]:
+            script.update(next(deltas))
+    assert next(deltas, None) is None
+    assert [it["start"] for it in its] == [sum(x["L"] for x in its[:i]) * args.num_envs for i in range(len(its))]
+    lengths = [it["L"] for it in its]
+    first_move = next(i for i, L in enumerate(lengths) if L != args.num_steps_min)
+    assert first_move == args.window * args.adapt_freq and len(set(lengths)) >= 3, lengths
+    assert len({pqn.update_epochs_for(L, args.update_epochs, args.epochs_ref_steps) for L in lengths}) >= 2
+    assert any(args.divergence_low < d < args.divergence_high for d in trace.deltas), trace.deltas  # the log map
+    # what the page logs at each measurement: the divergence, its window mean, and the next iteration's L and epochs
+    measured = [i for i, it in enumerate(its) if it["measured"]]
+    assert [v for _, v in events["adapt/divergence"]] == pytest.approx(trace.deltas, rel=1e-6)
+    logged_L = [int(v) for _, v in events["adapt/num_steps"]]
+    assert [logged_L[j] for j, i in enumerate(measured) if i + 1 < len(its)] == \
+        [its[i + 1]["L"] for i in measured if i + 1 < len(its)]
+    assert [int(v) for _, v in events["adapt/batch_size"]] == [L * args.num_envs for L in logged_L]
+    assert [int(v) for _, v in events["adapt/update_epochs"]] == [
+        pqn.update_epochs_for(L, args.update_epochs, args.epochs_ref_steps) for L in logged_L]
+    source = (ROOT / "abs_pqn_atari.py").read_text(encoding="utf-8")
+    assert all(f'"{tag}"' in source for tag in events if tag.startswith("adapt/"))
+
+
+def test_the_pqn_loop_with_no_adapt_at_the_reference_length_is_cleanrls(tmp_path):
+    """--no-adapt with --num-steps equal to --epochs-ref-steps: every iteration is CleanRL's, L fixed, CleanRL's
+    --update-epochs, its per-iteration learning rate; with --track-divergence the window is still measured."""
+    args, trace, events, _, _ = run_pqn_recipe(tmp_path, **{**PQN_TINY, "adapt": False, "track_divergence": True,
+                                                            "num_steps": 8, "total_timesteps": 8 * 4 * 6})
+    its, batch = trace.iterations, args.num_steps * args.num_envs
+    assert [it["L"] for it in its] == [8] * 6
+    assert {it["gradient_steps"] for it in its} == {args.update_epochs * args.num_minibatches}
+    num_iterations = args.total_timesteps // batch  # CleanRL: lr x (1 - (iteration - 1) / num_iterations)
+    assert [it["lr"] for it in its] == pytest.approx(
+        [args.learning_rate * (1.0 - (i - 1.0) / num_iterations) for i in range(1, num_iterations + 1)], rel=1e-12)
+    assert [i for i, it in enumerate(its) if it["measured"]] == [1, 3, 5]
+    assert {v for _, v in events["adapt/num_steps"]} == {8}
+
+
+def test_the_pqn_blocks_flags_and_defaults_are_abs_pqn_atari_s():
+    """Every flag pqn-flags adds is a flag of abs_pqn_atari.py with its default, and every default pqn-defaults
+    changes is one of CleanRL's flags, changed to abs_pqn_atari.py's."""
+    blocks, script = page_blocks(), {f.name: f.default for f in dataclasses.fields(pqn.Args)}
+    added, changed, cleanrl = (flag_defaults(blocks["pqn-flags"]), flag_defaults(blocks["pqn-defaults"]),
+                               flag_defaults(CLEANRL_PQN_ARGS))
+    assert {name: script.get(name, "missing") for name in added} == added and not set(added) & set(cleanrl)
+    assert {name: script[name] for name in changed} == changed
+    assert all(name in cleanrl and cleanrl[name] != value for name, value in changed.items())
+    # the flags the schedule reads that CleanRL already has: the page leaves those it does not name at CleanRL's
+    for name in ("learning_rate", "num_minibatches", "gamma", "q_lambda", "max_grad_norm", "start_e"):
+        assert name not in changed and cleanrl[name] == script[name], name
+    assert {"kl_low", "kl_high", "min_update_epochs"}.isdisjoint(added)
+
+
+def flag_defaults(block: str) -> dict:
+    body = ast.parse("class Args:\n" + textwrap.indent(textwrap.dedent(block), "    ")).body[0].body
+    return {node.target.id: ast.literal_eval(node.value) for node in body if isinstance(node, ast.AnnAssign)}
+
+
+def test_the_pages_greedy_divergence_is_abs_pqn_atari_s():
+    recipe = pqn_module()
+    torch.manual_seed(0)
+    new, old = pqn.QNetwork(6), pqn.QNetwork(6)
+    states = torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8)
+    delta = recipe["behavioral_divergence"](new, old, states)
+    assert delta == pqn.behavioral_divergence(new, old, states) and 0.0 < delta <= 1.0
+    assert recipe["behavioral_divergence"](new, copy.deepcopy(new), states) == 0.0
