@@ -1,11 +1,13 @@
-"""docs/adding-abs.md, run: each of the page's paths, its code blocks assembled into a loop of the CleanRL file it
-edits, trains on a real environment with L moving, and the schedule it gives is compared with
-the script's own functions, iteration by iteration:
+"""docs/adding-abs.md, run: each of the page's three paths, its code blocks assembled into a loop of the CleanRL file it
+edits, trains on a real environment with L (or the sampled batch) moving, and the schedule it gives is compared with
+the script's own functions, iteration by iteration (gradient step by gradient step):
 
 - PPO (`ppo_continuous_action.py`): a small Gaussian policy on Hopper-v5, 2 envs, L in [8, 32], against
   abs_ppo_mujoco.py, and over random configurations;
 - PQN (`pqn_atari_envpool.py`): a small Q-network on Breakout-v5 (envpool), 4 envs, L in [4, 16], against
-  abs_pqn_atari.py's ABSScheduler, update_epochs_for and q_lambda_returns.
+  abs_pqn_atari.py's ABSScheduler, update_epochs_for and q_lambda_returns;
+- replay (`dqn_atari.py`): a small Q-network on Breakout-v5 with a replay buffer, the batch in [32, 128], against
+  abs_btr.py's ABSScheduler, batch_size_of, measurement_offset and measurement_starts.
 
 The page marks each block with `<!-- recipe: NAME -->`; a line `...  # CleanRL: what, unchanged` in a block stands for
 CleanRL's own lines, which this file supplies (SLOTS: written here, not copied, and doing what CleanRL's do). A block
@@ -16,11 +18,13 @@ import contextlib
 import copy
 import dataclasses
 import importlib.util
+import math
 import random
 import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -39,12 +43,13 @@ def script(name):
     return module
 
 
-ppo, pqn = script("abs_ppo_mujoco"), script("abs_pqn_atari")
+ppo, pqn, btr = script("abs_ppo_mujoco"), script("abs_pqn_atari"), script("abs_btr")
 
 BLOCK = re.compile(r"<!-- recipe: ([a-z-]+) -->\n```python\n(.*?)\n```", re.S)
 PPO_ORDER = ["imports", "flags", "agent", "divergence", "setup", "loop-top", "rollout", "update", "measure"]
 PQN_ORDER = ["pqn-flags", "pqn-defaults", "pqn-divergence", "pqn-storage", "pqn-rollout", "pqn-update", "pqn-measure"]
-ORDER = ["schedule", *PPO_ORDER, *PQN_ORDER]
+REPLAY_ORDER = ["replay-flags", "replay-divergence", "replay-setup", "replay-loop"]
+ORDER = ["schedule", *PPO_ORDER, *PQN_ORDER, *REPLAY_ORDER]
 SLOT = re.compile(r"^( *)\.\.\.  # CleanRL: ([^,(]+?)(?:,| \(|$).*$", re.M)
 
 # CleanRL's unchanged lines at each `...` of the page, with what the test records (trace.*) added.
@@ -397,7 +402,8 @@ def test_the_pages_flags_are_the_scripts_with_its_defaults():
         assert name not in page and name in script
 
 
-@pytest.mark.parametrize("order, slots", [(PPO_ORDER, "SLOTS"), (PQN_ORDER, "PQN_SLOTS")])
+@pytest.mark.parametrize("order, slots", [(PPO_ORDER, "SLOTS"), (PQN_ORDER, "PQN_SLOTS"),
+                                          (REPLAY_ORDER, "REPLAY_SLOTS")])
 def test_every_cleanrl_stand_in_is_used_once(order, slots):
     blocks, slots = page_blocks(), globals()[slots]
     used = [m.group(2) for name in order for m in SLOT.finditer(blocks[name])]
@@ -735,3 +741,318 @@ def test_the_pages_greedy_divergence_is_abs_pqn_atari_s():
     delta = recipe["behavioral_divergence"](new, old, states)
     assert delta == pqn.behavioral_divergence(new, old, states) and 0.0 < delta <= 1.0
     assert recipe["behavioral_divergence"](new, copy.deepcopy(new), states) == 0.0
+
+
+# ================================================================ the replay path: CleanRL's dqn_atari.py
+# CleanRL's Args of dqn_atari.py, the flags its loop reads, with CleanRL's defaults.
+CLEANRL_DQN_ARGS = """
+    seed: int = 1
+    env_id: str = "BreakoutNoFrameskip-v4"
+    total_timesteps: int = 10000000
+    learning_rate: float = 1e-4
+    num_envs: int = 1
+    buffer_size: int = 1000000
+    gamma: float = 0.99
+    tau: float = 1.0
+    target_network_frequency: int = 1000
+    batch_size: int = 32
+    start_e: float = 1
+    end_e: float = 0.01
+    exploration_fraction: float = 0.10
+    learning_starts: int = 80000
+    train_frequency: int = 4
+"""
+
+REPLAY_SLOTS = {
+    "one env step into the replay buffer": """
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                  global_step)
+        if random.random() < epsilon:
+            actions = np.array([envs.single_action_space.sample() for _ in range(envs.num_envs)])
+        else:
+            with torch.no_grad():
+                actions = q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        rb.add(obs, next_obs, actions, rewards, terminations, infos)
+        obs = next_obs
+        """,
+    "the TD loss and the optimizer step": """
+        with torch.no_grad():
+            target_max = target_network(data.next_observations).max(dim=1).values
+            td_target = data.rewards.flatten() + args.gamma * target_max * (1 - data.dones.flatten())
+        old_val = q_network(data.observations).gather(1, data.actions).squeeze(1)
+        loss = F.mse_loss(td_target, old_val)
+        if global_step % 100 == 0:
+            writer.add_scalar("losses/td_loss", loss, global_step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        trace.gradient_step(grad_steps, global_step, data, ref_states, scheduler, rb)
+        """,
+    "update the target network": """
+        if global_step % args.target_network_frequency == 0:
+            for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+            trace.copies.append(grad_steps)
+        """,
+}
+
+REPLAY_HARNESS = '''
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+{imports}
+
+
+{schedule}
+
+
+@dataclass
+class Args:  # CleanRL's flags that the loop reads (its defaults), then the page's
+{cleanrl}
+{flags}
+
+
+class QNetwork(nn.Module):  # CleanRL's DQN shape (Nature CNN without normalisation, forward on x / 255.0), narrower
+    def __init__(self, env):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 8, 8, stride=4), nn.ReLU(), nn.Conv2d(8, 8, 4, stride=2), nn.ReLU(), nn.Flatten(),
+            nn.Linear(648, 32), nn.ReLU(), nn.Linear(32, env.single_action_space.n))
+
+    def forward(self, x):
+        return self.network(x / 255.0)
+
+
+def linear_schedule(start_e, end_e, duration, t):
+    return max(start_e + (end_e - start_e) * t / duration, end_e)
+
+
+{divergence}
+
+
+{replay_divergence}
+
+
+def train(args, envs, rb, writer, trace, device=torch.device("cpu")):
+    q_network = QNetwork(envs).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = QNetwork(envs).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+{setup}
+    obs, _ = envs.reset(seed=args.seed)
+{loop}
+    return scheduler, grad_steps
+'''
+
+
+class ReplayBuffer:
+    """What the loop uses of cleanrl_utils.buffers.ReplayBuffer as dqn_atari.py makes it (optimize_memory_usage=True,
+    written here): one array of observations [buffer_size, n_envs, *obs_shape] in the observation space's dtype, whose
+    row pos holds the newest next observation; pos, full, n_envs, obs_shape; sample(n) draws n rows uniformly, never
+    row pos, and gives observations, actions, next_observations, dones and rewards as tensors."""
+
+    def __init__(self, buffer_size, observation_space, n_envs=1):
+        self.buffer_size, self.n_envs, self.obs_shape = buffer_size // n_envs, n_envs, observation_space.shape
+        self.observations = np.zeros((self.buffer_size, n_envs, *self.obs_shape), dtype=observation_space.dtype)
+        self.actions = np.zeros((self.buffer_size, n_envs, 1), dtype=np.int64)
+        self.rewards, self.dones = np.zeros((2, self.buffer_size, n_envs), dtype=np.float32)
+        self.pos, self.full, self.rows_added = 0, False, 0
+
+    def add(self, obs, next_obs, action, reward, done, infos):
+        self.observations[self.pos], self.observations[(self.pos + 1) % self.buffer_size] = obs, next_obs
+        self.actions[self.pos], self.rewards[self.pos], self.dones[self.pos] = action.reshape(-1, 1), reward, done
+        self.pos, self.rows_added = (self.pos + 1) % self.buffer_size, self.rows_added + 1
+        self.full = self.full or self.pos == 0
+
+    def sample(self, batch_size):
+        rows = ((np.random.randint(1, self.buffer_size, size=batch_size) + self.pos) % self.buffer_size if self.full
+                else np.random.randint(0, self.pos, size=batch_size))
+        envs = np.random.randint(0, self.n_envs, size=batch_size)
+        data = (self.observations[rows, envs], self.actions[rows, envs],
+                self.observations[(rows + 1) % self.buffer_size, envs], self.dones[rows, envs].reshape(-1, 1),
+                self.rewards[rows, envs].reshape(-1, 1))
+        return ReplaySamples(*(torch.as_tensor(x) for x in data))
+
+
+class OneAtariGame:
+    """dqn_atari.py's env as its loop sees it: one Atari game behind gymnasium's vector API (here envpool's
+    Breakout-v5, with its life loss, reward clipping and 4 stacked 84 x 84 frames)."""
+
+    def __init__(self, seed):
+        import envpool
+        self.env = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=seed, episodic_life=True,
+                                reward_clip=True, num_threads=1)
+        self.num_envs, self.single_action_space = 1, self.env.action_space
+        self.single_observation_space = self.env.observation_space
+        self.single_action_space.seed(seed)
+
+    def reset(self, seed=None):
+        return self.env.reset()
+
+    def step(self, actions):
+        return self.env.step(actions)
+
+    def close(self):
+        self.env.close()
+
+
+class ReplaySamples(NamedTuple):
+    observations: torch.Tensor
+    actions: torch.Tensor
+    next_observations: torch.Tensor
+    dones: torch.Tensor
+    rewards: torch.Tensor
+
+
+def replay_module() -> dict:
+    b = page_blocks()
+    code = REPLAY_HARNESS.format(
+        imports=b["imports"], schedule=b["schedule"], cleanrl=CLEANRL_DQN_ARGS.strip("\n"), flags=b["replay-flags"],
+        divergence=b["pqn-divergence"], replay_divergence=b["replay-divergence"],
+        setup=textwrap.indent(b["replay-setup"], "    "),
+        loop=textwrap.indent(fill_slots(b["replay-loop"], REPLAY_SLOTS), "    "))
+    namespace = {"__name__": "recipe_replay"}
+    exec(compile(code, "docs/adding-abs.md, replay (assembled by tests/test_recipe.py)", "exec"), namespace)
+    return namespace
+
+
+class ReplayTrace:
+    """Every gradient step of the assembled replay loop: its batch (the rows rb.sample gave), the env step, the
+    measurements the scheduler had received before it and the latest, when a measurement started (a new set of
+    reference states, checked to come from the newest rows of the buffer), and the target copies."""
+
+    def __init__(self, args):
+        self.args, self.steps, self.starts, self.copies, self.ref_states = args, [], [], [], None
+
+    def gradient_step(self, grad_steps, global_step, data, ref_states, scheduler, rb):
+        assert grad_steps == len(self.steps)
+        self.steps.append({"batch": len(data.observations), "global_step": global_step, "L": scheduler.L,
+                           "measurements": scheduler.num_measurements,
+                           "latest": scheduler.history[-1] if scheduler.history else None})
+        if ref_states is not None and ref_states is not self.ref_states:
+            self.starts.append(grad_steps)
+            rows_back = 2 * math.ceil(self.args.ref_batch_size / rb.n_envs)
+            newest = rb.observations[(rb.pos - 1 - np.arange(rows_back)) % rb.buffer_size].reshape(-1, 4, 84, 84)
+            assert ref_states.dtype == torch.uint8 and len(ref_states) == min(self.args.ref_batch_size, len(newest))
+            newest = {row.tobytes() for row in newest}
+            assert all(state.numpy().tobytes() in newest for state in ref_states)
+        self.ref_states = ref_states
+
+
+def run_replay_recipe(tmp_path, **overrides):
+    from torch.utils.tensorboard import SummaryWriter
+
+    recipe = replay_module()
+    args = recipe["Args"](**overrides)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    random.seed(args.seed)
+    envs = OneAtariGame(args.seed)
+    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space)
+    writer, trace = SummaryWriter(str(tmp_path)), ReplayTrace(args)
+    with one_thread():
+        scheduler, grad_steps = recipe["train"](args, envs, rb, writer, trace)
+    writer.close()
+    envs.close()
+    return args, trace, events_of(tmp_path), scheduler, grad_steps, rb
+
+
+# One env, learning from step 64, a gradient step every 2 env steps, target copies every 8 env steps (4 gradient
+# steps), measurements every 4 gradient steps over a span of 2, the batch in [32, 128] in multiples of 32, W = 2, a
+# fast EMA, a buffer that wraps around, and the paper's bounds of 5% and 95%.
+REPLAY_TINY = dict(total_timesteps=380, learning_starts=64, train_frequency=2, target_network_frequency=8,
+                   buffer_size=300, batch_size_min=32, batch_size_max=128, adapt_freq=4, divergence_span=2, window=2,
+                   ema_beta=0.5, ref_batch_size=32, learning_rate=1e-3, exploration_fraction=0.5)
+
+
+@pytest.fixture(scope="module")
+def replay_run(tmp_path_factory):
+    return run_replay_recipe(tmp_path_factory.mktemp("recipe_replay"), **REPLAY_TINY)
+
+
+def test_the_replay_loop_follows_abs_btr_gradient_step_by_gradient_step(replay_run):
+    """The batch of every gradient step, and the gradient steps at which measurements start and end, are what
+    abs_btr.py's ABSScheduler, batch_size_of, measurement_offset and measurement_starts give for the same
+    measurements; the batch moves, first at the gradient step after the W-th measurement."""
+    args, trace, events, scheduler, grad_steps, rb = replay_run
+    steps = trace.steps
+    assert len(steps) == grad_steps and rb.full  # the newest rows were read across the wrap-around too
+    script = btr.ABSScheduler(args.batch_size_min, args.batch_size_max, args.window, args.ema_beta,
+                              args.divergence_low, args.divergence_high, "log", args.burn_in)
+    offset = btr.measurement_offset(args.divergence_offset, args.target_network_frequency // args.train_frequency)
+    counts = [s["measurements"] for s in steps] + [scheduler.num_measurements]
+    latest = [s["latest"] for s in steps] + [scheduler.history[-1]]
+    starts, ends, measure_at = [], [], None
+    for g, step in enumerate(steps):
+        if measure_at is None and btr.measurement_starts(g, args.adapt_freq, offset):
+            starts.append(g)
+            measure_at = g + args.divergence_span
+        assert step["batch"] == btr.batch_size_of(script, args) and step["L"] == script.L, g
+        assert step["global_step"] == args.learning_starts + args.train_frequency * (g + 1)
+        if measure_at == g + 1:  # measured after this step: the page's scheduler got one more measurement
+            assert counts[g + 1] == counts[g] + 1, g
+            script.update(latest[g + 1])
+            ends.append(g + 1)
+            measure_at = None
+        else:
+            assert counts[g + 1] == counts[g], g
+    assert trace.starts == starts and len(ends) >= 2 * args.window
+    # the float state first moves at the W-th measurement, and the batch it rounds to moves more than once
+    batches = [s["batch"] for s in steps]
+    assert next(g for g, s in enumerate(steps) if s["L"] != args.batch_size_min) == ends[args.window - 1]
+    assert len(set(batches)) >= 3, batches
+    assert all(b % args.batch_size_multiple == 0 for b in batches)
+    deltas = [latest[g] for g in ends]
+    assert any(args.divergence_low < d < args.divergence_high for d in deltas), deltas
+    # no span holds a target copy: the default offset puts the spans mid-way between two copies
+    assert trace.copies and not [c for c in trace.copies for s in starts if s < c < s + args.divergence_span]
+    assert [v for _, v in events["adapt/divergence"]] == pytest.approx(deltas, rel=1e-6)
+    assert [int(v) for _, v in events["adapt/batch_size"]] == [batches[g] for g in ends if g < len(batches)] + \
+        [btr.batch_size_of(script, args)] * (ends[-1] == len(batches))
+    source = (ROOT / "abs_btr.py").read_text(encoding="utf-8")
+    assert all(f'"{tag}"' in source for tag in events if tag.startswith("adapt/"))
+
+
+def test_the_replay_loop_with_no_adapt_samples_cleanrls_batch(tmp_path):
+    args, trace, events, scheduler, _, _ = run_replay_recipe(tmp_path, **{**REPLAY_TINY, "adapt": False,
+                                                                        "track_divergence": True, "batch_size": 48,
+                                                                        "total_timesteps": 200})
+    assert {s["batch"] for s in trace.steps} == {48} and trace.starts and scheduler.num_measurements
+    assert {v for _, v in events["adapt/batch_size"]} == {48}
+
+
+def test_the_replay_blocks_flags_are_abs_btr_s():
+    added, cleanrl = flag_defaults(page_blocks()["replay-flags"]), flag_defaults(CLEANRL_DQN_ARGS)
+    script = {f.name: f.default for f in dataclasses.fields(btr.Args)}
+    assert {name: script.get(name, "missing") for name in added} == added and not set(added) & set(cleanrl)
+    assert {"batch_size_min", "batch_size_max", "batch_size_multiple", "adapt_freq", "divergence_span",
+            "ref_batch_size"} <= set(added)
+
+
+def test_the_pages_measurement_start_and_newest_states_are_abs_btr_s():
+    """measurement_starts gives abs_btr.py's answer; newest_states draws, like abs_btr.py's replay.newest_states,
+    M distinct states from the newest 2 x ceil(M / E) rows of every env, across the buffer's wrap-around."""
+    recipe, rng = replay_module(), random.Random(0)
+    for _ in range(2000):
+        g, K, offset = rng.randint(0, 3000), rng.randint(1, 600), rng.randint(0, 700)
+        assert recipe["measurement_starts"](g, K, offset) == btr.measurement_starts(g, K, offset)
+    space = gym.spaces.Box(0, 255, (2, 3), np.uint8)
+    for n_envs, count, added in ((1, 8, 5), (1, 8, 40), (3, 7, 11), (4, 16, 100)):
+        rb = ReplayBuffer(30 * n_envs, space, n_envs=n_envs)
+        for t in range(added):  # each state holds its own number, so that it can be traced to its row
+            states = (np.arange(n_envs) * 1000 + t).astype(np.uint16)
+            obs = np.stack([np.full((2, 3), s % 251, np.uint8) for s in states])
+            obs[:, 0, 0], obs[:, 0, 1] = states % 256, states // 256
+            rb.add(obs, obs, np.zeros(n_envs), np.zeros(n_envs), np.zeros(n_envs), {})
+        got = recipe["newest_states"](rb, count, torch.device("cpu")).numpy()
+        numbers = got[:, 0, 0].astype(int) + 256 * got[:, 0, 1].astype(int)
+        rows_back = min(rb.buffer_size if rb.full else rb.pos, 2 * math.ceil(count / n_envs))
+        allowed = {e * 1000 + t for e in range(n_envs) for t in range(added - rows_back, added)}
+        assert len(set(numbers.tolist())) == len(numbers) == min(count, rows_back * n_envs)
+        assert set(numbers.tolist()) <= allowed, (n_envs, count, added)
