@@ -1056,3 +1056,120 @@ def test_the_pages_measurement_start_and_newest_states_are_abs_btr_s():
         allowed = {e * 1000 + t for e in range(n_envs) for t in range(added - rows_back, added)}
         assert len(set(numbers.tolist())) == len(numbers) == min(count, rows_back * n_envs)
         assert set(numbers.tolist()) <= allowed, (n_envs, count, added)
+
+
+# ================================================================ the numbers the page states
+def first_move_on_policy(recipe, args, low, high, multiple=1):
+    """With the page's scheduler and measures_in, and every measurement at delta_min (the largest target): the env
+    steps done when the first measurement is made, and the iterations and steps done when L first changes."""
+    scheduler = recipe["ABSScheduler"](args.num_steps_min, args.num_steps_max, args.window, args.ema_beta, low, high,
+                                       burn_in=args.burn_in, multiple=multiple)
+    steps, first_measurement, iteration = 0, None, 0
+    while True:
+        L = scheduler.num_steps
+        steps += L * args.num_envs
+        if recipe["measures_in"](iteration, args.adapt_freq):
+            first_measurement = first_measurement or steps
+            scheduler.update(low)
+        iteration += 1
+        if scheduler.num_steps != L:
+            return first_measurement, iteration, steps
+
+
+def first_move_replay(recipe, args):
+    """The same for the replay path: the gradient steps done (and env steps) when the first measurement ends, and
+    when the batch first changes."""
+    scheduler = recipe["ABSScheduler"](args.batch_size_min, args.batch_size_max, args.window, args.ema_beta,
+                                       args.divergence_low, args.divergence_high, burn_in=args.burn_in,
+                                       multiple=args.batch_size_multiple)
+    offset = btr.measurement_offset(args.divergence_offset, args.target_network_frequency // args.train_frequency)
+    done, measure_at, first_end = 0, None, None
+    while True:
+        B = scheduler.num_steps
+        if measure_at is None and recipe["measurement_starts"](done, args.adapt_freq, offset):
+            measure_at = done + args.divergence_span
+        done += 1
+        if measure_at == done:
+            scheduler.update(args.divergence_low)
+            measure_at, first_end = None, first_end or done
+        if scheduler.num_steps != B:
+            env_step = args.learning_starts + args.train_frequency * np.array([first_end, done])
+            return first_end, done, *env_step.tolist()
+
+
+def test_the_pages_numbers_follow_from_its_blocks_and_the_scripts():
+    """Each number the PQN, DQN and "Check your loop" sections state, computed from the blocks' defaults, CleanRL's
+    (the flags above), the page's functions and the scripts'."""
+    page = " ".join(PAGE.read_text(encoding="utf-8").split())
+    ppo_recipe, pqn_recipe, replay_recipe = recipe_module(), pqn_module(), replay_module()
+    a, q, r = ppo_recipe["Args"](), pqn_recipe["Args"](), replay_recipe["Args"]()
+    cleanrl_pqn, cleanrl_dqn = flag_defaults(CLEANRL_PQN_ARGS), flag_defaults(CLEANRL_DQN_ARGS)
+    lengths = range(q.num_steps_min, q.num_steps_max + 1)
+    expected = [
+        f"L from {q.num_steps_min} to {q.num_steps_max}",
+        f"batches of {q.num_steps_min * q.num_envs:,} to {q.num_steps_max * q.num_envs:,}",
+        f"CleanRL's {cleanrl_pqn['num_envs']} envs would make them {q.num_steps_min * cleanrl_pqn['num_envs']} to "
+        f"{q.num_steps_max * cleanrl_pqn['num_envs']}",
+        f"max({q.update_epochs}, round({q.update_epochs} L / {q.epochs_ref_steps}))",
+        f"20M steps, epsilon down to {q.end_e}",
+        f"`--num-minibatches` stays {q.num_minibatches}: {q.num_envs} envs divide",
+        f"every length from {q.num_steps_min} to {q.num_steps_max} ({len(lengths)} of them",
+    ]
+    assert q.total_timesteps == 20_000_000 and not q.anneal_lr
+    assert all(L * q.num_envs % q.num_minibatches == 0 for L in lengths)
+    epochs = [pqn.update_epochs_for(L, q.update_epochs, q.epochs_ref_steps) for L in lengths]
+    runs = [(e, min(L for L, x in zip(lengths, epochs) if x == e), max(L for L, x in zip(lengths, epochs) if x == e))
+            for e in sorted(set(epochs))]
+    sentence = re.search(r"gives (\d+) epochs up to L = (\d+), (\d+) from (\d+) to (\d+) and (\d+) from (\d+) to (\d+)",
+                         page).groups()
+    assert [int(x) for x in sentence] == [runs[0][0], runs[0][2], *runs[1], *runs[2]]
+    assert len(runs) == 3 and runs[0][1] == q.num_steps_min
+    frame = math.prod(pqn.envpool.make_spec("Breakout-v5").observation_space.shape)  # 4 x 84 x 84 bytes
+    uint8 = q.num_steps_max * q.num_envs * frame
+    expected += [f"At L_max = {q.num_steps_max} with {q.num_envs} envs the observations take {round(uint8 / 1e6)} MB",
+                 f"in CleanRL's float32 they would take {round(4 * uint8 / 1e6)} MB"]
+    # the replay path
+    period = cleanrl_dqn["target_network_frequency"] // cleanrl_dqn["train_frequency"]
+    offset = btr.measurement_offset(None, period)
+    expected += [
+        f"CleanRL's `--batch-size` ({cleanrl_dqn['batch_size']})",
+        f"[{r.batch_size_min}, {r.batch_size_max}] is `abs_btr.py`'s range, half and double BTR's "
+        f"{btr.Args.batch_size}",
+        f"trains on {r.batch_size_min // r.batch_size} to {r.batch_size_max // r.batch_size} times CleanRL's batch",
+        f"with CleanRL's {r.target_network_frequency:,} and {r.train_frequency}, copies every {period} gradient steps "
+        f"and measurements starting at gradient steps {offset}, {offset + r.adapt_freq}, {offset + 2 * r.adapt_freq:,}",
+        f"as CleanRL's {r.learning_starts:,} is",
+    ]
+    assert btr.Args.batch_size == 2 * r.batch_size_min == r.batch_size_max // 2
+    assert r.learning_starts % r.target_network_frequency == 0 == r.target_network_frequency % r.train_frequency
+    # the table of first measurements and first moves, at the defaults
+    measured, iterations, steps = first_move_on_policy(ppo_recipe, a, a.kl_low, a.kl_high, a.num_minibatches)
+    expected.append(f"| PPO | {a.adapt_freq}, {a.window} | after {measured:,} steps | after iteration "
+                    f"{iterations}, step {steps:,} |")
+    assert iterations == a.window * a.adapt_freq
+    measured, iterations, steps = first_move_on_policy(pqn_recipe, q, q.divergence_low, q.divergence_high)
+    expected.append(f"| PQN | {q.adapt_freq}, {q.window} | after {measured:,} steps | after iteration "
+                    f"{iterations}, step {steps:,} |")
+    assert iterations == q.window * q.adapt_freq
+    first_end, moved, first_step, moved_step = first_move_replay(replay_recipe, r)
+    expected.append(f"| DQN | {r.adapt_freq}, {r.window} | after gradient step {first_end} (step {first_step:,}) | "
+                    f"after gradient step {moved:,} (step {moved_step:,}) |")
+    # the short runs
+    quick = dict(adapt_freq=2, window=2)
+    _, iterations, ppo_steps = first_move_on_policy(ppo_recipe, ppo_recipe["Args"](**quick), a.kl_low, a.kl_high,
+                                                    a.num_minibatches)
+    _, pqn_iterations, pqn_steps = first_move_on_policy(pqn_recipe, pqn_recipe["Args"](**quick, num_envs=8),
+                                                        q.divergence_low, q.divergence_high)
+    assert iterations == pqn_iterations
+    expected.append(f"With `--adapt-freq 2 --window 2`, L can first move after {iterations} iterations: at step "
+                    f"{ppo_steps:,} for PPO, and for PQN with `--num-envs 8` at step {pqn_steps:,}")
+    _, moved, _, moved_step = first_move_replay(replay_recipe, replay_recipe["Args"](learning_starts=10000,
+                                                                                     adapt_freq=250, window=2))
+    expected.append(f"`--learning-starts 10000 --adapt-freq 250 --window 2` gives the first possible move after "
+                    f"gradient step {moved} (step {moved_step:,})")
+    # --no-adapt away from the reference length
+    expected.append(f"`--no-adapt --num-steps 4096` trains "
+                    f"{ppo.update_epochs_for(4096, a.update_epochs, a.epochs_ref_steps, a.min_update_epochs)} epochs, "
+                    f"not {a.update_epochs}")
+    missing = [e for e in expected if e not in page]
+    assert not missing, missing
