@@ -64,7 +64,8 @@ def is_wall_clock(tag: str) -> bool:
     return "SPS" in tag or tag.endswith("_seconds")
 
 
-CHECKPOINT_SKIP = {"args", "perf", "train_seconds"}  # top-level keys not compared: the flags and the timings
+# top-level keys not compared: the flags, the timings, and the digest of the whole file (which covers the timings)
+CHECKPOINT_SKIP = {"args", "perf", "train_seconds", "digest"}
 
 
 def checkpoint_difference(x, y, where: str = "") -> str | None:

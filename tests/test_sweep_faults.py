@@ -573,7 +573,8 @@ def test_the_faults_section_of_the_docs_says_what_the_sweep_does(tmp_path, monke
     section = faults_section()
     assert f"\n    {FIRST_SUMMARY}\n" in section
     codes = dict(re.findall(r"^\| (\d+(?: \+ N)?) \| (.+) \|$", section, re.M))
-    assert list(codes) == ["0", "1", "2", str(sweep.RUNNING_ELSEWHERE), "128 + N"]
+    assert list(codes) == ["0", "1", "2", str(sweep.WRITE_FAILED), str(sweep.RUNNING_ELSEWHERE), "128 + N"]
+    assert codes["4"].startswith("the file system refused a write of the sweep's own")
     assert codes["75"].startswith("no run failed, and each run it did not finish is running elsewhere")
     assert section.count(f"at most {experiment_file.NAME_BYTES}\n  bytes") == 1
     monkeypatch.chdir(tmp_path)
