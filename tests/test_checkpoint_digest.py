@@ -39,8 +39,8 @@ def test_digest_follows_every_bit_and_survives_a_save_and_load(tmp_path):
 
 
 def test_a_flipped_bit_or_overwritten_bytes_are_refused_and_an_intact_checkpoint_resumes(tmp_path):
-    p = run([*S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64", "--output-dir", str(tmp_path),
-             "--run-name", "r"], tmp_path)
+    p = run([*S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64", "--eval-episodes", "1",
+             "--output-dir", str(tmp_path), "--run-name", "r"], tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     ckpt = tmp_path / "r" / "checkpoint.pt"
     original = ckpt.read_bytes()
@@ -77,8 +77,8 @@ def test_a_flipped_bit_or_overwritten_bytes_are_refused_and_an_intact_checkpoint
 
 
 def test_a_checkpoint_written_before_digests_still_resumes(tmp_path):
-    p = run([*S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64", "--output-dir", str(tmp_path),
-             "--run-name", "r"], tmp_path)
+    p = run([*S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64", "--eval-episodes", "1",
+             "--output-dir", str(tmp_path), "--run-name", "r"], tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     ckpt = tmp_path / "r" / "checkpoint.pt"
     old = torch.load(ckpt, weights_only=True)

@@ -33,9 +33,10 @@ def files_of(folder):
 
 
 def test_a_resume_delayed_before_the_lock_refuses_a_checkpoint_another_resume_replaced(tmp_path):
-    p = preloaded.run([sys.executable, S.path, *S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64",
-                       "--output-dir", str(tmp_path), "--run-name", "r"], capture_output=True, text=True,
-                      timeout=600, cwd=tmp_path, env=ENV)
+    first_run = [*S.fixed, *CPU, "--total-timesteps", "128", "--stop-at-step", "64", "--eval-episodes", "1",
+                 "--output-dir", str(tmp_path), "--run-name", "r"]
+    p = preloaded.run([sys.executable, S.path, *first_run], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                      env=ENV)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     ckpt = tmp_path / "r" / "checkpoint.pt"
     (tmp_path / "delayed.py").write_text(DELAYED)
