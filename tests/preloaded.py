@@ -31,9 +31,10 @@ import subprocess
 import sys
 import time
 
+import scripts  # the scripts (tests/scripts.py, beside this file)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = {os.path.join(ROOT, s) for s in ("abs_pqn_atari.py", "gns_pqn_atari.py", "abs_ppo_atari.py",
-                                           "abs_ppo_mujoco.py", "abs_btr.py", "abs_pqn_minatar.py")}
+SCRIPTS = {os.path.join(ROOT, s) for s in scripts.SCRIPTS}
 # Read by the process itself, not at import: not part of a server's identity.
 PER_RUN = {"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST"}
 MAX_SERVERS = 3

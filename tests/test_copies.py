@@ -45,7 +45,6 @@ def definitions(script) -> dict:
 
 
 DEFINITIONS = {script: definitions(script) for script in SCRIPTS}
-assert set(DEFINITIONS) == {PQN, GNS, PPO_ATARI, PPO_MUJOCO, BTR, MINATAR}
 
 
 def difference(name, a, b) -> str:

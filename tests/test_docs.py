@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts import SCRIPTS as ALL_SCRIPTS  # the scripts (tests/scripts.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -133,9 +135,8 @@ def test_checker_finds_a_broken_link(tmp_path):
 
 
 # ---------------------------------------------------------------- tables that restate the code stay equal to it
-SCRIPTS = {"PQN": "abs_pqn_atari.py", "GNS": "gns_pqn_atari.py", "PPO": "abs_ppo_mujoco.py", "BTR": "abs_btr.py",
-           "PPO-Atari": "abs_ppo_atari.py", "PQN-MinAtar": "abs_pqn_minatar.py"}
-PAGES_OF = {"PQN": "pqn.md", "GNS": "gns.md", "PPO": "ppo.md", "BTR": "btr.md", "PQN-MinAtar": "minatar.md"}
+SCRIPTS = {s.label: s.file for s in ALL_SCRIPTS.values()}  # by their names in CONVENTIONS.md's tag table
+PAGES_OF = {s.label: s.page for s in ALL_SCRIPTS.values() if s.page}
 TAG = re.compile(r"^(?:charts|losses|adapt|perf|eval)/[A-Za-z_*]+$")
 
 
@@ -230,15 +231,10 @@ def test_default_tables_are_the_scripts_defaults(page, script):
     assert checked >= 8
 
 
-# Spans `--flag value` in a script's page that show another setting, not the default; every other such span quotes
-# the script's default, and a test keeps it so (a changed default, or a new example, must be written here or fixed).
-OTHER_SETTINGS = {
-    "pqn.md": {"--adapt-freq 1", "--num-minibatches 32", "--num-steps 40", "--epochs-ref-steps 16"},
-    "gns.md": {"--gns-timing after", "--gns-micro-batching contiguous", "--gns-start-steps 32"},
-    "ppo.md": {"--divergence ess", "--epochs-ref-steps 1024"},
-    "btr.md": {"--epsilon-schedule linear", "--maxpool-size 0", "--epsilon-off-fraction 1"},
-    "minatar.md": {"--obs-divisor 255"},
-}
+# Spans `--flag value` in a script's page that show another setting, not the default (tests/scripts.py: each
+# Script's page_other_settings); every other such span quotes the script's default, and a test keeps it so (a changed
+# default, or a new example, must be written there or fixed).
+OTHER_SETTINGS = {s.page: s.page_other_settings for s in ALL_SCRIPTS.values() if s.page}
 
 
 @pytest.mark.parametrize("name", PAGES_OF)
@@ -502,3 +498,12 @@ def test_mujoco_1m_page_says_its_simulator_check_is_not_the_authors_mujoco():
     assert ran and authors not in ran
     assert f"the authors pin mujoco {authors}" in page and f"The authors' exact mujoco, {authors}**, which the check " \
         f"above did not run (it ran {', '.join(sorted(ran))})" in page
+
+
+def test_the_one_table_of_scripts_has_every_script_and_the_readme_links_each():
+    """tests/scripts.py lists every training script beside the README (so every shared test runs a new one), and the
+    README's table of scripts links each."""
+    on_disk = {p.name for p in [*ROOT.glob("abs_*.py"), *ROOT.glob("gns_*.py")]}
+    assert set(ALL_SCRIPTS) == on_disk
+    readme = README.read_text(encoding="utf-8")
+    assert not [f for f in on_disk if f"| [{f}]({f}) |" not in readme]

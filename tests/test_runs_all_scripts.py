@@ -22,8 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import pytest
 import torch
@@ -62,46 +61,8 @@ def one_error_line(p_or_err: str):
 
 
 # ---------------------------------------------------------------- SIGTERM, then --resume alone
-@dataclass
-class StoppedRun:
-    flags: list  # stopped by SIGTERM once it trains
-    total: int  # its --total-timesteps
-    overshoot: int  # the last iteration's most steps past it (E x L_max)
-    tag: str  # a schedule computed from --total-timesteps and the steps done
-    value: Callable  # (script module, step s it is logged at, step s0 the iteration started at, total) -> its value
-    measured: Optional[str] = None  # with --adapt-freq 3: the tag of each measurement, every 3rd iteration
-
-
-def annealed(rate):  # the learning rate of an iteration that starts at step s0, logged at its end
-    return lambda m, s, s0, total: rate * (1 - s0 / total)
-
-
-STOPPED_RUNS = {
-    # epsilon decays over the whole run (1.0 x 512 steps); the epsilon logged at s is that of the last env step, s - 8
-    "abs_pqn_atari.py": StoppedRun(
-        [*SCRIPTS["abs_pqn_atari.py"].adaptive, *CPU, "--exploration-fraction", "1.0", "--adapt-freq", "3"], 512,
-        8 * 16, "charts/epsilon", lambda m, s, s0, total: m.linear_schedule(1.0, 0.001, total, s - 8),
-        "adapt/divergence"),
-    "gns_pqn_atari.py": StoppedRun(
-        [*SCRIPTS["gns_pqn_atari.py"].adaptive, *CPU, "--exploration-fraction", "1.0"], 256, 8 * 8, "charts/epsilon",
-        lambda m, s, s0, total: m.linear_schedule(1.0, 0.001, total, s - 8)),
-    "abs_ppo_atari.py": StoppedRun(
-        [*SCRIPTS["abs_ppo_atari.py"].adaptive, *CPU, "--torch-threads", "1", "--env-threads", "1", "--adapt-freq",
-         "3"], 640, 4 * 16, "charts/learning_rate", annealed(2.5e-4), "adapt/kl"),
-    "abs_ppo_mujoco.py": StoppedRun(
-        [*SCRIPTS["abs_ppo_mujoco.py"].adaptive, *CPU, "--adapt-freq", "3"], 1000, 256, "charts/learning_rate",
-        annealed(3e-4), "adapt/kl"),
-    # 400 --exploration-steps (the default is 2M) and epsilon off from step 400 = max(--learning-starts, half of
-    # the 480 steps); one vector step of 8 envs at a time
-    "abs_btr.py": StoppedRun(
-        [*SCRIPTS["abs_btr.py"].adaptive, *CPU, "--no-impala"], 480, 8, "charts/epsilon",
-        lambda m, s, s0, total: m.exploration_epsilon(s - 8, "geometric", 1.0, 0.01, 400,
-                                                      m.epsilon_off_step(total, 0.5, 400, True))),
-    "abs_pqn_minatar.py": StoppedRun(
-        [*SCRIPTS["abs_pqn_minatar.py"].adaptive, *CPU, "--exploration-fraction", "1.0", "--adapt-freq", "3"], 512,
-        8 * 16, "charts/epsilon", lambda m, s, s0, total: m.linear_schedule(1.0, 0.05, total, s - 8),
-        "adapt/divergence"),
-}
+def stopped_flags(S):  # the script's run that a SIGTERM stops (scripts.StoppedRun)
+    return [*S.adaptive, *CPU, *S.stopped.flags]
 
 
 @pytest.mark.parametrize("script", list(SCRIPTS))
@@ -110,9 +71,10 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(script, tmp_path)
     stop continues the first run's (learning rate annealed by the steps done when each iteration started, epsilon by
     the steps done); with K = 3 the iteration count carried across the stop keeps the measurements on every 3rd
     iteration."""
-    S, stopped_run, m = SCRIPTS[script], STOPPED_RUNS[script], MODULES[script]
+    S, m = SCRIPTS[script], MODULES[script]
+    stopped_run = S.stopped
     total, ckpt_path = stopped_run.total, tmp_path / "once" / "checkpoint.pt"
-    first = [*stopped_run.flags, "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
+    first = [*stopped_flags(S), "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "once"]
     proc = preloaded.Popen([sys.executable, S.path, *first], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, env=ENV, cwd=tmp_path)
     try:
@@ -160,7 +122,7 @@ def test_sigterm_then_resume_with_only_resume_finishes_the_run(script, tmp_path)
 
     # A new run with the same --run-name is refused and leaves the first run's files as they were.
     before = files_of(tmp_path / "once")
-    p = run(script, [*stopped_run.flags, "--total-timesteps", "64", "--output-dir", str(tmp_path), "--run-name",
+    p = run(script, [*stopped_flags(S), "--total-timesteps", "64", "--output-dir", str(tmp_path), "--run-name",
                      "once"], tmp_path, timeout=120)
     line = one_error_line(p.stderr)
     assert p.returncode == 2 and "--resume" in line and "--run-name" in line
@@ -175,7 +137,7 @@ def test_non_finite_loss_stops_with_exit_3_and_the_state_before_the_step(script,
     (abs_ppo_mujoco.py's test of --ent-coef shows the line naming every flag that scales the loss.)"""
     S = SCRIPTS[script]
     total = 20_000 if script == "abs_pqn_atari.py" else 2000
-    p = run(script, [*S.adaptive, *CPU, *(["--no-impala"] if script == "abs_btr.py" else []), "--learning-rate",
+    p = run(script, [*S.adaptive, *CPU, *S.cheaper, "--learning-rate",
                      "1e30", "--total-timesteps", str(total), "--output-dir", str(tmp_path), "--run-name", "nan"],
             tmp_path)
     assert p.returncode == 3, p.stdout[-1000:] + p.stderr[-1000:]

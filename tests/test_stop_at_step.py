@@ -15,14 +15,6 @@ from scripts import CPU, GENERIC, SCRIPTS  # the scripts and their tiny runs (te
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 COMMON = [*CPU, "--log-every-seconds", "0", "--checkpoint-every", "0", "--eval-episodes", "1"]
-MOVING = {  # script -> flags that make its schedules move over the whole run (on top of its tiny fixed run)
-    "abs_pqn_atari.py": ["--anneal-lr", "--exploration-fraction", "1.0"],
-    "gns_pqn_atari.py": ["--anneal-lr", "--exploration-fraction", "1.0"],
-    "abs_ppo_atari.py": [],  # the learning rate anneals by default
-    "abs_ppo_mujoco.py": [],
-    "abs_btr.py": ["--exploration-steps", "400", "--target-network-frequency", "10", "--scalar-every", "1"],
-    "abs_pqn_minatar.py": ["--exploration-fraction", "1.0"],  # the learning rate anneals by default
-}
 TOTAL, STOP = 640, 320  # a stop mid-way
 SCHEDULES = ("charts/epsilon", "charts/learning_rate", "charts/per_beta")
 
@@ -43,7 +35,7 @@ def schedules(run_dir):
 @pytest.mark.parametrize("script", list(SCRIPTS))
 def test_stopped_and_resumed_run_follows_the_schedules_of_an_unstopped_one(script, tmp_path):
     total, stop = TOTAL, STOP
-    base = [*SCRIPTS[script].fixed, *MOVING[script], *COMMON, "--total-timesteps", str(total), "--output-dir",
+    base = [*SCRIPTS[script].fixed, *SCRIPTS[script].moving, *COMMON, "--total-timesteps", str(total), "--output-dir",
             str(tmp_path)]
     run(script, [*base, "--run-name", "straight"], tmp_path)
     p = run(script, [*base, "--run-name", "prefix", "--stop-at-step", str(stop)], tmp_path)
@@ -73,7 +65,7 @@ def test_stopped_and_resumed_run_follows_the_schedules_of_an_unstopped_one(scrip
 def test_stop_at_step_checks(tmp_path):
     """Outside [1, --total-timesteps]: one line, exit 2, nothing created. On --resume, a stop at or below the
     checkpoint's step is refused (the run is there already); the checkpoint's own stop is not inherited."""
-    script, flags = GENERIC, [*SCRIPTS[GENERIC].fixed, *MOVING[GENERIC]]
+    script, flags = GENERIC, [*SCRIPTS[GENERIC].fixed, *SCRIPTS[GENERIC].moving]
     for bad in ("0", "-5", "1000"):
         p = preloaded.run([sys.executable, SCRIPTS[script].path, *flags, *COMMON, "--total-timesteps", "640",
                            "--stop-at-step", bad, "--output-dir", str(tmp_path / "runs")], capture_output=True,
