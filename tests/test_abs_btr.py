@@ -558,26 +558,3 @@ BAD_INPUTS = [
     (["--impala", "--maxpool-size", str(10**5)], f"--maxpool-size {10**5}"),
     (["--impala", "--model-size", "1e5"], "--model-size 100000.0"), (["--num-tau", str(10**9)], f"--num-tau {10**9}"),
 ]
-
-
-def test_burn_in_separate_from_the_window_by_hand():
-    """--window 20 --burn-in 10 (the authors' code). Linear schedule, beta 1, delta in [0.1, 0.9], L in [16, 64]:
-    target = 64 - (d - 0.1) / 0.8 * 48 = 70 - 60 d. Measurements: five 0.8, five 0.5, then 0.2.
-    - measurements 1-9: fewer than 10 exist, L stays L_min = 16;
-    - the 10th: mean of the 10 = 0.65, target 70 - 39 = 31;
-    - the 25th: the last 20 are m6..m25 = five 0.5 and fifteen 0.2, mean 5.5 / 20 = 0.275, target 70 - 16.5 = 53.5,
-      rounded half up to 54 (a window of 10 would give 58, the mean of all 25 gives 50.8)."""
-    s = abs_btr.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
-    deltas = [0.8] * 5 + [0.5] * 5 + [0.2] * 15
-    Ls = [s.update(d) for d in deltas]
-    assert Ls[:9] == [16] * 9 and s.history.maxlen == 20
-    assert Ls[9] == 31
-    assert s.L == pytest.approx(53.5) and Ls[24] == 54
-    default = abs_btr.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear")  # default: burn-in until W measurements exist
-    assert [default.update(d) for d in deltas][:19] == [16] * 19 and default.burn_in == 20
-    s2 = abs_btr.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
-    for d in deltas[:12]:
-        s2.update(d)
-    restored = abs_btr.ABSScheduler(16, 64, 20, 1.0, 0.1, 0.9, "linear", burn_in=10)
-    restored.load_state_dict(s2.state_dict())
-    assert [restored.update(d) for d in deltas[12:]] == Ls[12:]  # the burn-in count survives a checkpoint

@@ -252,3 +252,48 @@ def test_learning_rate_at_agrees_where_an_iteration_can_start():
             ppo.learning_rate_at(2.5e-4, step, total, anneal), rel=1e-12)
     assert pqn.learning_rate_at(2.5e-4, 1100, 1000, True) == 0.0 > ppo.learning_rate_at(2.5e-4, 1100, 1000, True)
     assert math.isclose(ppo.learning_rate_at(2.5e-4, 1000, 1000, True), 0.0, abs_tol=1e-18)
+
+
+# ---------------------------------------------------------------- the run-control flags of each script's Args
+# The flags that run a script rather than define its algorithm (its RUN_CONTROL_FLAGS, and the run's name, seed and
+# place) stay in each script's Args, so that Args and --help show every flag of the script (docs/CONVENTIONS.md,
+# "Layout of a script"). They are copies: each flag's line and docstring are the same in every script that has it,
+# except these, which differ for the reason given.
+FLAG_DIFFERENCES = {
+    "seed": "the docstring names the environments' library (envpool, gymnasium, the MinAtar games)",
+    "total_timesteps": "the paper's budget of each benchmark (Atari PQN and BTR 20M, Atari PPO 10M, MuJoCo 5M; "
+                       "MinAtar 10M, purejaxql's)",
+    "torch_threads": "MuJoCo's 64-unit MLPs run fastest on one thread (docs/ppo.md); the CNNs take torch's default",
+    "checkpoint_every": "MuJoCo's runs are 1-5M steps: a checkpoint every 500k steps, Atari's every 1M",
+    "save_model": "the docstring says what model.pt holds (a Q-network, an agent, an agent and its observation "
+                  "statistics)",
+    "eval_episodes": "MuJoCo's evaluation is 10 episodes (the paper's); the docstrings say what each evaluation is",
+    "eval_num_envs": "the docstring says how the episodes are shared (PQN and GNS: the authors' protocol choice)",
+    "eval_max_episode_steps": "Atari's cap is the ALE's 108k frames; MinAtar's is its own (gymnax: 1000)",
+    "eval_fire_after_life_loss": "the docstring says what the authors' code of each algorithm did",
+    "bf16": "the docstring says what stays float32 (the divergence, GNS's estimate, BTR's Q head)",
+}
+
+
+def args_fields(script) -> dict:
+    """flag -> the source of its Args line and docstring."""
+    tree = ast.parse(open(SCRIPTS[script].path).read())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args").body
+    return {node.target.id: ast.unparse(node) + "\n" + ast.unparse(after)
+            for node, after in zip(body, body[1:]) if isinstance(node, ast.AnnAssign)}
+
+
+def test_run_control_flags_are_copies_or_differ_as_listed():
+    fields = {script: args_fields(script) for script in SCRIPTS}
+    run_flags = {"exp_name", "seed", "torch_deterministic", "output_dir", "run_name"}
+    for script in SCRIPTS:
+        run_flags |= set(SCRIPTS[script].module().RUN_CONTROL_FLAGS)
+    for flag in sorted(run_flags):
+        variants = {fields[s][flag] for s in SCRIPTS if flag in fields[s]}
+        types = {v.split("=")[0] for v in variants}
+        assert len(types) == 1, f"--{flag} has another type in some script: {sorted(types)}"
+        if flag in FLAG_DIFFERENCES:
+            assert len(variants) > 1, f"--{flag} is the same everywhere now: remove it from FLAG_DIFFERENCES"
+        else:
+            assert len(variants) == 1, f"--{flag} differs between scripts:\n" + "\n".join(sorted(variants))
+    assert set(FLAG_DIFFERENCES) <= run_flags
