@@ -1185,7 +1185,7 @@ RECORD = ROOT / "bench" / "recipe-cleanrl" / "README.md"
 
 
 def test_the_pages_envpool_port_of_cleanrls_pqn_is_what_the_pinned_envpool_needs():
-    """"Check your loop" on pqn_atari_envpool.py: envpool from 0.9 on (this project pins 1.2.5) gives gymnasium's API
+    """"Check your loop" on pqn_atari_envpool.py: envpool 1.x (this project pins 1.2.5) gives gymnasium's API
     for env_type="gym" (reset: observations and an info dict; step: five values), has num_envs and the single spaces
     as read-only properties, and a gymnasium wrapper around it does not pass them on but takes them when set on it;
     the infos CleanRL's wrapper and loop read are there. The page's four edits say exactly that."""
