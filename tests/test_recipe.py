@@ -9,6 +9,11 @@ the script's own functions, iteration by iteration (gradient step by gradient st
 - replay (`dqn_atari.py`): a small Q-network on Breakout-v5 with a replay buffer, the batch in [32, 128], against
   abs_btr.py's ABSScheduler, batch_size_of, measurement_offset and measurement_starts.
 
+The page's "Check your loop" section says what CleanRL's own files need on this project's versions (envpool 1.x for
+pqn_atari_envpool.py, gymnasium 1.x for dqn_atari.py, with the dqn-episodes block); the tests at the end check those
+statements against the pinned packages, and bench/recipe-cleanrl/README.md, the record of following the page on
+CleanRL's real files, against the scripts' schedules.
+
 The page marks each block with `<!-- recipe: NAME -->`; a line `...  # CleanRL: what, unchanged` in a block stands for
 CleanRL's own lines, which this file supplies (SLOTS: written here, not copied, and doing what CleanRL's do). A block
 renamed, removed or broken on the page fails these tests.
@@ -49,7 +54,7 @@ BLOCK = re.compile(r"<!-- recipe: ([a-z-]+) -->\n```python\n(.*?)\n```", re.S)
 PPO_ORDER = ["imports", "flags", "agent", "divergence", "setup", "loop-top", "rollout", "update", "measure"]
 PQN_ORDER = ["pqn-flags", "pqn-defaults", "pqn-divergence", "pqn-storage", "pqn-rollout", "pqn-update", "pqn-measure"]
 REPLAY_ORDER = ["replay-flags", "replay-divergence", "replay-setup", "replay-loop"]
-ORDER = ["schedule", *PPO_ORDER, *PQN_ORDER, *REPLAY_ORDER]
+ORDER = ["schedule", *PPO_ORDER, *PQN_ORDER, *REPLAY_ORDER, "dqn-episodes"]
 SLOT = re.compile(r"^( *)\.\.\.  # CleanRL: ([^,(]+?)(?:,| \(|$).*$", re.M)
 
 # CleanRL's unchanged lines at each `...` of the page, with what the test records (trace.*) added.
@@ -1173,3 +1178,145 @@ def test_the_pages_numbers_follow_from_its_blocks_and_the_scripts():
                     f"not {a.update_epochs}")
     missing = [e for e in expected if e not in page]
     assert not missing, missing
+
+
+# ================================================================ CleanRL's real files: what the page says they need
+RECORD = ROOT / "bench" / "recipe-cleanrl" / "README.md"
+
+
+def test_the_pages_envpool_port_of_cleanrls_pqn_is_what_the_pinned_envpool_needs():
+    """"Check your loop" on pqn_atari_envpool.py: envpool 1.x (this project pins 1.2.5) gives gymnasium's API
+    for env_type="gym" (reset: observations and an info dict; step: five values), has num_envs and the single spaces
+    as read-only properties, and a gymnasium wrapper around it does not pass them on but takes them when set on it;
+    the infos CleanRL's wrapper and loop read are there. The page's four edits say exactly that."""
+    import envpool
+
+    pins = re.findall(r"^envpool==([\d.]+)", (ROOT / "requirements.txt").read_text(encoding="utf-8"), re.M)
+    assert pins == ["1.2.5"] and envpool.__version__ == "1.2.5"
+    env = envpool.make("Breakout-v5", env_type="gym", num_envs=2, episodic_life=True, reward_clip=True, seed=1,
+                       num_threads=1)
+    try:
+        reset = env.reset()
+        assert isinstance(reset, tuple) and len(reset) == 2 and reset[0].shape == (2, 4, 84, 84)
+        step = env.step(np.zeros(2, dtype=np.int64))
+        assert len(step) == 5 and {"reward", "terminated", "lives"} <= set(step[4])
+        with pytest.raises(AttributeError, match="num_envs"):
+            env.num_envs = 2
+        assert env.single_action_space == env.action_space and env.single_observation_space == env.observation_space
+        wrapped = gym.Wrapper(env)
+        with pytest.raises(AttributeError):
+            wrapped.single_action_space
+        wrapped.single_action_space = env.action_space  # edit 4: set after wrapping
+        assert wrapped.single_action_space.n == 4
+    finally:
+        env.close()
+    page = " ".join(PAGE.read_text(encoding="utf-8").split())
+    for edit in ["`import gymnasium as gym` in place of `import gym`",
+                 "`observations, _ = super().reset(**kwargs)`",
+                 "`observations, rewards, terminations, truncations, infos = super().step(action)` and then "
+                 "`dones = np.logical_or(terminations, truncations)`",
+                 "move to just after `envs = RecordEpisodeStatistics(envs)`",
+                 "`property 'num_envs' of 'AtariGymnasiumEnvPool' object has no setter`"]:
+        assert edit in page, edit
+
+
+def test_the_pages_gymnasium_1x_changes_for_cleanrls_dqn_hold():
+    """"Check your loop" on dqn_atari.py under gymnasium 1.x: the NoFrameskip-v4 ids come with
+    gym.register_envs(ale_py), the wrappers have 1.x's names, ResizeObservation needs opencv (which this project's
+    requirements do not install), and the page's dqn-episodes block reads the return and length of every episode a
+    SAME_STEP vector env ends, from 1.x's final_info, which comes with final_obs."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    assert gym.spec("BreakoutNoFrameskip-v4").id == "BreakoutNoFrameskip-v4"
+    assert hasattr(gym.wrappers, "GrayscaleObservation") and hasattr(gym.wrappers, "FrameStackObservation")
+    assert not hasattr(gym.wrappers, "GrayScaleObservation") and not hasattr(gym.wrappers, "FrameStack")
+    assert "opencv" not in (ROOT / "requirements.txt").read_text(encoding="utf-8").lower()
+    if importlib.util.find_spec("cv2") is None:
+        game = gym.make("BreakoutNoFrameskip-v4")
+        with pytest.raises(gym.error.DependencyNotInstalled, match="opencv"):
+            gym.wrappers.ResizeObservation(game, (84, 84))
+        game.close()
+
+    class Writer:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, float(value), step))
+
+    block = page_blocks()["dqn-episodes"]
+    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))] * 2,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    writer, lengths, ended = Writer(), np.zeros(2, dtype=np.int64), []
+    envs.reset(seed=1)
+    for global_step in range(300):
+        _, rewards, terminations, truncations, infos = envs.step(np.array([global_step % 2, 0]))
+        lengths += 1
+        done = np.logical_or(terminations, truncations)
+        if "final_info" in infos:  # dqn_atari.py's test, around the block
+            assert "final_obs" in infos
+            with contextlib.redirect_stdout(None):
+                exec(block, {"np": np, "infos": infos, "global_step": global_step, "writer": writer})
+        for idx in np.flatnonzero(done):  # CartPole: a reward of 1 a step, so the return is the length
+            ended += [("charts/episodic_return", float(lengths[idx]), global_step),
+                      ("charts/episodic_length", float(lengths[idx]), global_step)]
+            lengths[idx] = 0
+    envs.close()
+    assert len(ended) >= 4 and writer.scalars == ended
+
+
+def record_tables() -> list:
+    """The tables of the record, each as (its adapt/* column names, rows of float values by column)."""
+    tables = []
+    for block in re.findall(r"^\| global step \|.*?(?=\n\n|\Z)", RECORD.read_text(encoding="utf-8"), re.M | re.S):
+        lines = [line.strip("|").split("|") for line in block.strip().splitlines()]
+        columns = [c.strip().strip("`") for c in lines[0]]
+        rows = [{c: float(np.float32(v)) for c, v in zip(columns, line)} for line in lines[2:]]
+        tables.append((columns, rows))
+    return tables
+
+
+def test_the_record_of_following_the_page_on_cleanrl_follows_the_scripts_schedule():
+    """bench/recipe-cleanrl/README.md: the page followed on CleanRL's pqn_atari_envpool.py (with envpool 0.8 and gym,
+    and with this project's envpool 1.2.5 after the page's port) and dqn_atari.py (gymnasium 1.x), run with the
+    page's short-run commands. Every logged L (B) is what abs_pqn_atari.py's (abs_btr.py's) schedule gives for the
+    logged divergences, at the steps the page's K, W and offsets give, and L (B) moved in each run."""
+    record = RECORD.read_text(encoding="utf-8")
+    assert re.search(r"CleanRL commit `[0-9a-f]{40}`", record)
+    page = PAGE.read_text(encoding="utf-8")
+    commands = re.findall(r"^    (python cleanrl/\S+\.py .*?)(?<!\\)$", re.sub(r"\\\n\s+", "", page), re.M)
+    assert len(commands) == 2 and all(c in re.sub(r"\\\n\s+", "", record) for c in commands), commands
+    tables = record_tables()
+    pqn_tables = [rows for columns, rows in tables if "adapt/num_steps" in columns]
+    dqn_tables = [rows for columns, rows in tables if "adapt/num_steps" not in columns]
+    assert len(pqn_tables) == 2 and len(dqn_tables) == 1
+    E, K, W = 8, 2, 2  # --num-envs 8 --adapt-freq 2 --window 2, L in [16, 64], CleanRL's 4 minibatches
+    for rows in pqn_tables:
+        script = pqn.ABSScheduler(16, 64, W, 0.1, 0.05, 0.95, "log", None)
+        steps, iteration, rows_left = 0, 0, list(rows)
+        while rows_left:
+            L = script.num_steps
+            steps += L * E
+            if pqn.measures_in(iteration, K):
+                row = rows_left.pop(0)
+                assert row["global step"] == steps
+                script.update(row["adapt/divergence"])
+                assert row["adapt/divergence_mean"] == pytest.approx(script.delta_bar, rel=1e-6)
+                assert row["adapt/num_steps"] == script.num_steps
+                assert row["adapt/batch_size"] == script.num_steps * E
+                assert row["adapt/update_epochs"] == pqn.update_epochs_for(script.num_steps, 2, 32)
+            iteration += 1
+        lengths = [row["adapt/num_steps"] for row in rows]
+        assert lengths[0] == 16 and lengths[W - 1] > 16 and len(set(lengths)) >= 3, lengths
+    assert pqn_tables[0] == pqn_tables[1]  # both envpools, the same run
+    (rows,) = dqn_tables  # --learning-starts 10000 --adapt-freq 250 --window 2, CleanRL's 1,000 and 4
+    script, choice = btr.ABSScheduler(128, 512, W, 0.1, 0.05, 0.95, "log", None), btr.Args()
+    offset, span = btr.measurement_offset(None, 1000 // 4), 8
+    assert choice.adapt and choice.batch_size_multiple == 32
+    for j, row in enumerate(rows):
+        assert row["global step"] == 10000 + 4 * (offset + 250 * j + span)
+        script.update(row["adapt/divergence"])
+        assert row["adapt/divergence_mean"] == pytest.approx(script.delta_bar, rel=1e-6)
+        assert row["adapt/batch_size"] == btr.batch_size_of(script, choice)
+    assert rows[0]["adapt/batch_size"] == 128 < rows[W - 1]["adapt/batch_size"]
