@@ -144,13 +144,17 @@ class Args:
     # Evaluation
     eval_episodes: int = 10
     """deterministic (mean action) evaluation episodes after training, observation statistics frozen"""
+    capture_video: bool = False
+    """record the evaluation's first games as MP4 files in <run>/videos/, as a person sees the game (docs/video.md)"""
+    video_episodes: int = 2
+    """how many games --capture-video records: the first the evaluation counts"""
 
 
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
 # script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
                      "log_every_seconds", "cuda", "torch_threads", "track", "wandb_project_name", "wandb_entity",
-                     "eval_episodes")
+                     "eval_episodes", "capture_video", "video_episodes")
 CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "normalization": dict, "iteration": int}
 
 

@@ -246,8 +246,9 @@ class Run:
         stop_outside_loop("during the evaluation", f"training is saved in {self.checkpoint_path} (global_step "
                           f"{self.start_step}, its end); --resume {self.checkpoint_path} evaluates it again")
 
-    def save_model(self, obj: dict) -> None:  # model.pt
-        atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args)})
+    def save_model(self, obj: dict) -> None:  # model.pt; play.py evaluates it again, by its algo and flags
+        atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args), "algo": self.script,
+                                                               "run_name": self.args.run_name})
 
     def finish(self, global_step: int, returns, lengths, capped: int, action_counts=None) -> dict:
         """Log the evaluation and write eval_results.json, whose existence marks the run as finished. action_counts:
