@@ -248,7 +248,8 @@ class Run:
 
     def save_model(self, obj: dict) -> None:  # model.pt; play.py evaluates it again, by its algo and flags
         atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args), "algo": self.script,
-                                                               "run_name": self.args.run_name})
+                                                               "run_name": self.args.run_name,
+                                                               "global_step": self.saved_step})
 
     def finish(self, global_step: int, returns, lengths, capped: int, action_counts=None) -> dict:
         """Log the evaluation and write eval_results.json, whose existence marks the run as finished. action_counts:
