@@ -97,20 +97,11 @@ def run_args(module, saved: dict, p: PlayArgs, path: str):
 def evaluation(module, args, saved: dict, path: str, device):
     """The script's own network with the file's weights, and a call of the script's own evaluate(seed, run_dir)."""
     key, algo = NETWORK_KEY.get(module.SCRIPT, "q_network"), module.SCRIPT
-    if algo == "abs_ppo_mujoco":
-        obs_dim, act_dim = module.mujoco_dims(args.env_id)
-        net = module.Agent(obs_dim, act_dim)
-        obs_rms = saved["obs_rms"] if "obs_rms" in saved else saved.get("normalization", {}).get("obs_rms")
-    elif algo == "abs_pqn_minatar":
-        envs = module.MinAtarEnvs(args.env_id, 1, 0)
-        net = module.QNetwork(envs.observation_space.shape[0], envs.action_space.n, args.network, args.obs_divisor)
-    else:
-        envs = module.make_envs(args.env_id, 1, 0, train=False)
-        actions = envs.action_space.n
-        envs.close()
-        net = {"abs_ppo_atari": lambda: module.Agent(actions),
-               "abs_btr": lambda: module.BTRNetwork(actions, args)}.get(algo, lambda: module.QNetwork(actions,
-                                                                                                      args.network))()
+    try:
+        net, obs_rms = network(module, args, saved)
+    except Exception as e:  # an env id or flag this script cannot build (a file of another script, relabelled)
+        U.refuse(f"{path!r}: {algo}.py cannot build its network for {args.env_id} ({U.describe_error(e)}); the file "
+                 "is of another script or damaged")
     try:
         net.load_state_dict(saved[key])
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
@@ -122,6 +113,26 @@ def evaluation(module, args, saved: dict, path: str, device):
                                                      U.videos_of(args, run_dir, fps=0))
     player = module.GreedyQ(net.eval()) if algo == "abs_btr" else net
     return lambda seed, run_dir: module.evaluate(player, args, seed, device, run_dir)
+
+
+def network(module, args, saved: dict):
+    """(the script's network for the run's flags, untrained; MuJoCo's frozen observation statistics or None)."""
+    algo, obs_rms = module.SCRIPT, None
+    if algo == "abs_ppo_mujoco":
+        obs_dim, act_dim = module.mujoco_dims(args.env_id)
+        net = module.Agent(obs_dim, act_dim)
+        obs_rms = saved["obs_rms"] if "obs_rms" in saved else saved["normalization"]["obs_rms"]  # model, checkpoint
+    elif algo == "abs_pqn_minatar":
+        envs = module.MinAtarEnvs(args.env_id, 1, 0)
+        net = module.QNetwork(envs.observation_space.shape[0], envs.action_space.n, args.network, args.obs_divisor)
+    else:
+        envs = module.make_envs(args.env_id, 1, 0, train=False)
+        actions = envs.action_space.n
+        envs.close()
+        net = {"abs_ppo_atari": lambda: module.Agent(actions),
+               "abs_btr": lambda: module.BTRNetwork(actions, args)}.get(algo, lambda: module.QNetwork(actions,
+                                                                                                      args.network))()
+    return net, obs_rms
 
 
 def play_directory(path: str) -> str:
@@ -167,6 +178,7 @@ def main(argv=None) -> dict:
     print(f"playing {p.path} ({algo}.py, {env_id}, step {saved.get('global_step', '?')}): {args.eval_episodes} "
           f"episodes on seed {seed} -> {directory}", flush=True)
     start = time.monotonic()
+    torch.manual_seed(seed)  # a sampling evaluation (PPO, --eval-epsilon > 0): repeatable, though not the run's draws
     with torch.no_grad():
         returns, lengths, capped, *counts = play(seed, directory)
     summary = U.summarize_eval(returns, lengths, capped, *counts)
