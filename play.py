@@ -7,9 +7,12 @@ The file names the script that wrote it (its `algo`) and holds every flag of its
 rebuilt from them, its weights loaded, and the script's own `evaluate` plays --episodes games (default: the run's
 --eval-episodes) with the run's evaluation policy and settings, on the run's evaluation seed (--seed + 10000) unless
 --seed is given. So a model played with the run's episodes and seed gives the run's own evaluation returns
-(tests/test_play.py). The results go to a new folder beside the file, `play-<UTC time>/` (play_results.json, videos/);
-the run's own files are only read. A file of no script here, or whose weights do not fit the network its flags build,
-is refused with one line, exit 2, as are --env-id and --algo when the file is of another game or script.
+(tests/test_play.py). The results go to a new folder beside the file (or in --output-dir), `play-<UTC time>/`
+(play_results.json, videos/); the run's own files are only read. A file of no script here, or whose weights do not
+fit the network its flags build, is refused with one line, exit 2, as are --env-id and --algo when the file is of
+another game or script. A sampling evaluation (PPO without --eval-greedy, an --eval-epsilon above 0) draws from
+torch's generator, seeded here with the evaluation's seed: its games repeat from play to play, not the run's draws.
+docs/video.md has the details.
 """
 import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
 
@@ -52,6 +55,8 @@ class PlayArgs:
     """use the GPU when one is visible"""
     torch_threads: int = 0
     """CPU threads of torch (0: torch's default)"""
+    output_dir: Optional[str] = None
+    """where play-<UTC time>/ is made (default: beside the file; another folder for a run one may not write to)"""
 
 
 def play_problems(p: PlayArgs):
@@ -135,10 +140,11 @@ def network(module, args, saved: dict):
     return net, obs_rms
 
 
-def play_directory(path: str) -> str:
-    """A new folder beside the file: play-<UTC time>[-n]/, never one of the run's."""
+def play_directory(path: str, output_dir: Optional[str]) -> str:
+    """A new folder beside the file (or in output_dir): play-<UTC time>[-n]/, never one of the run's."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base, n = os.path.join(os.path.dirname(os.path.abspath(path)), f"play-{stamp}"), 1
+    parent = os.path.dirname(os.path.abspath(path)) if output_dir is None else output_dir
+    base, n = os.path.join(parent, f"play-{stamp}"), 1
     while True:
         directory = base if n == 1 else f"{base}-{n}"
         try:
@@ -147,7 +153,7 @@ def play_directory(path: str) -> str:
         except FileExistsError:
             n += 1
         except OSError as e:
-            U.refuse(f"cannot make {directory} beside {path} ({U.describe_error(e)})")
+            U.refuse(f"--output-dir: cannot make {directory} ({U.describe_error(e)})")
 
 
 def main(argv=None) -> dict:
@@ -174,7 +180,7 @@ def main(argv=None) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() and p.cuda else "cpu")
     play = evaluation(module, args, saved, p.path, device)
     seed = args.seed + 10_000 if p.seed is None else p.seed
-    directory = play_directory(p.path)
+    directory = play_directory(p.path, p.output_dir)
     print(f"playing {p.path} ({algo}.py, {env_id}, step {saved.get('global_step', '?')}): {args.eval_episodes} "
           f"episodes on seed {seed} -> {directory}", flush=True)
     start = time.monotonic()

@@ -59,11 +59,13 @@ def test_a_saved_model_and_checkpoint_play_back_the_runs_own_evaluation(script, 
     assert contents(run_dir) == before  # the run's own files: only read
 
 
-def test_play_with_video_episodes_and_seed(tmp_path):
+def test_play_with_video_episodes_seed_and_output_dir(tmp_path):
     run_dir = train("abs_pqn_minatar.py", tmp_path)
+    before = contents(run_dir)
     result = play.main([str(run_dir / "model.pt"), "--no-cuda", "--episodes", "3", "--seed", "7", "--capture-video",
-                        "--video-episodes", "1"])
-    folder = next(p for p in run_dir.iterdir() if p.name.startswith("play-"))
+                        "--video-episodes", "1", "--output-dir", str(tmp_path)])
+    folder = next(p for p in tmp_path.iterdir() if p.name.startswith("play-"))
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(before) and contents(run_dir) == before
     ev = json.loads((folder / "play_results.json").read_text())["eval"]
     assert ev == result["eval"] and ev["episodes"] == 3 and result["eval_seed"] == 7
     videos = os.listdir(folder / "videos")
