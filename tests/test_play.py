@@ -3,6 +3,7 @@ lengths, action counts) on its seed, for every script; the results (and videos) 
 the run's own files stay as they were; a file of another game, script or network is one line, exit 2, nothing made."""
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -94,3 +95,22 @@ def test_a_file_of_another_game_script_or_network_is_one_line(tmp_path, capsys):
     assert "no such file" in refused([str(other / "none.pt")], capsys)
     assert refused([model, "--episodes", "0"], capsys).startswith("error: --episodes must be")
     assert os.listdir(other) == ["model.pt"] and not [p for p in os.listdir(atari) if p.startswith("play-")]
+
+
+def test_the_committed_videos_are_the_published_runs_own_evaluation():
+    """results/minatar-batches/videos/: play.py of the study's checkpoints (docs/results-minatar-batches.md) gave
+    the published runs' own evaluation, and each video is the game its name and play_results.json say."""
+    here = ROOT + "/results/minatar-batches"
+    played = sorted(os.listdir(f"{here}/videos"))
+    assert played
+    for folder in played:
+        label, run = folder.split("-", 1)
+        with open(f"{here}/videos/{folder}/play_results.json") as f:
+            result = json.load(f)
+        with open(f"{here}/runs/minatar-batches/{label}/{run}/eval_results.json") as f:
+            assert result["eval"] == json.load(f)["eval"]
+        (video,) = os.listdir(f"{here}/videos/{folder}/videos")
+        episode, episode_return = re.fullmatch(r".*__episode(\d+)__return(.+)\.mp4", video).groups()
+        assert float(episode_return) == result["eval"]["returns"][int(episode)]
+        frames = U.read_video(f"{here}/videos/{folder}/videos/{video}")
+        assert len(frames) == result["eval"]["lengths"][int(episode)] + 1
