@@ -22,6 +22,7 @@ import importlib
 import os
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from typing import Optional
 
@@ -90,7 +91,11 @@ def load_saved(path: str) -> dict:
 def run_args(module, saved: dict, p: PlayArgs, path: str):
     """The run's flags (those of a newer script version that the file lacks: their defaults), the evaluation's
     overridden by play.py's."""
-    fields = {f.name for f in dataclasses.fields(module.Args)}
+    fields, hints = {f.name for f in dataclasses.fields(module.Args)}, typing.get_type_hints(module.Args)
+    for name, value in saved["args"].items():
+        if name in hints and not U.is_a(value, hints[name]):
+            U.refuse(f"{path!r} holds {U.flag_of(name)} = {value!r}, which is not a "
+                     f"{getattr(hints[name], '__name__', hints[name])}; it is damaged")
     try:
         args = module.Args(**{k: v for k, v in saved["args"].items() if k in fields})
     except TypeError as e:

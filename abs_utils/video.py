@@ -47,6 +47,9 @@ class Recorder:
         self.writers: dict = {}  # env -> (temporary path, ffmpeg generator) of the game it plays now
         self.kept: list[str] = []
         os.makedirs(videos.directory, exist_ok=True)
+        for name in os.listdir(videos.directory):  # of an evaluation stopped by a signal (its games are played again)
+            if name.startswith(f".{videos.name}__env") and name.endswith(".partial.mp4"):
+                os.remove(os.path.join(videos.directory, name))
 
     @property
     def done(self) -> bool:

@@ -90,6 +90,8 @@ def test_a_file_of_another_game_script_or_network_is_one_line(tmp_path, capsys):
     assert "abs_pqn_minatar.py cannot build its network for Breakout-v5" in refused([str(other / "model.pt")], capsys)
     torch.save({**saved, "digest": "0" * 64}, other / "model.pt")
     assert "is damaged" in refused([str(other / "model.pt")], capsys)
+    torch.save({**saved, "args": {**saved["args"], "num_envs": "x"}}, other / "model.pt")
+    assert "holds --num-envs = 'x', which is not a int; it is damaged" in refused([str(other / "model.pt")], capsys)
     torch.save({**saved, "algo": "ppo"}, other / "model.pt")
     assert "is not a model.pt or checkpoint.pt of these scripts" in refused([str(other / "model.pt")], capsys)
     assert "no such file" in refused([str(other / "none.pt")], capsys)

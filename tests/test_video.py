@@ -98,3 +98,18 @@ def test_mujoco_capture_video_with_egl(tmp_path):
     results = [json.loads((tmp_path / name / "eval_results.json").read_text())["eval"] for name in ("plain", "filmed")]
     assert results[0] == results[1]
     check_videos(tmp_path / "filmed", "abs_ppo_mujoco.py")
+
+
+def test_a_resume_keeps_the_earlier_evaluations_videos(tmp_path):
+    """A prefix run (--stop-at-step) filmed, then resumed to the end: the first evaluation's videos stay, beside its
+    eval_results_at_<step>.json, as videos_at_<step>/."""
+    first = run("abs_pqn_minatar.py", [*EVAL, "--capture-video", "--stop-at-step", "32"], tmp_path, "r")
+    assert first.returncode == 0, first.stderr
+    earlier = sorted(os.listdir(tmp_path / "r" / "videos"))
+    s = SCRIPTS["abs_pqn_minatar.py"]
+    done = preloaded.run([sys.executable, s.path, "--resume", str(tmp_path / "r" / "checkpoint.pt")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path / "r" / "videos_at_32")) == earlier and len(earlier) == 2
+    assert (tmp_path / "r" / "eval_results_at_32.json").is_file()
+    check_videos(tmp_path / "r", "abs_pqn_minatar.py")
