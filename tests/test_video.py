@@ -75,8 +75,8 @@ def test_minatar_frames_are_the_packages_own_colours():
 
 
 def test_mujoco_without_a_rendering_backend_is_one_line_before_the_run(tmp_path):
-    """No display and no MUJOCO_GL: MuJoCo's default backend (GLFW) has no window system to open a context on."""
-    headless = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    """No display, and MuJoCo's window-system backend (GLFW, its default): no context can be opened."""
+    headless = {**{k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}, "MUJOCO_GL": "glfw"}
     done = run("abs_ppo_mujoco.py", ["--capture-video"], tmp_path, "r", env=headless)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
