@@ -113,3 +113,15 @@ def test_a_resume_keeps_the_earlier_evaluations_videos(tmp_path):
     assert sorted(os.listdir(tmp_path / "r" / "videos_at_32")) == earlier and len(earlier) == 2
     assert (tmp_path / "r" / "eval_results_at_32.json").is_file()
     check_videos(tmp_path / "r", "abs_pqn_minatar.py")
+
+
+def test_an_evaluation_without_video_never_imports_the_video_library():
+    import subprocess
+
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import abs_pqn_minatar as mn; "
+            "args = mn.Args(eval_episodes=2, eval_num_envs=2, eval_max_episode_steps=20); "
+            "mn.evaluate(mn.QNetwork(4, 3), args, 1, torch.device('cpu'), run_dir=sys.argv[2]); "
+            "assert 'imageio_ffmpeg' not in sys.modules, 'imported'; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code, ROOT, "/nonexistent"], capture_output=True, text=True,
+                          timeout=300, env=ENV)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
