@@ -176,6 +176,8 @@ def main(argv=None) -> dict:
         sys.path.insert(0, ROOT)
     module = importlib.import_module(algo)
     args = run_args(module, saved, p, p.path)
+    if args.eval_episodes < 1:
+        U.refuse(f"--episodes: the run evaluated no games (--eval-episodes {args.eval_episodes}); give --episodes N")
     if args.capture_video and hasattr(module, "rendering_problem"):  # MuJoCo: a rendering backend, before anything
         ok, message = module.rendering_problem(args.env_id)
         if not ok:

@@ -96,6 +96,8 @@ def test_a_file_of_another_game_script_or_network_is_one_line(tmp_path, capsys):
     assert "is not a model.pt or checkpoint.pt of these scripts" in refused([str(other / "model.pt")], capsys)
     assert "no such file" in refused([str(other / "none.pt")], capsys)
     assert refused([model, "--episodes", "0"], capsys).startswith("error: --episodes must be")
+    torch.save({**saved, "args": {**saved["args"], "eval_episodes": 0}}, other / "model.pt")
+    assert "the run evaluated no games (--eval-episodes 0)" in refused([str(other / "model.pt")], capsys)
     assert os.listdir(other) == ["model.pt"] and not [p for p in os.listdir(atari) if p.startswith("play-")]
 
 
