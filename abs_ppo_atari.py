@@ -13,7 +13,8 @@ this script was written from.
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks
 and evaluation; the training loop at the bottom. The run machinery is in abs_utils/ (copy both).
 """
-import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+import abs_utils as U
+U.catch_signals()  # first: SIGINT/SIGTERM during the slow imports below are one line, not a traceback
 
 import copy
 import math

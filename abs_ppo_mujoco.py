@@ -12,7 +12,8 @@ of the ratios pi_new / pi_old at the actions the old policy took (docs/study-muj
 Reading order: Args; the paper's method (the ABS schedule and the divergences, then PPO); this script's flag checks,
 normalisation state and evaluation; the training loop at the bottom. The run machinery is in abs_utils/ (copy both).
 """
-import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+import abs_utils as U
+U.catch_signals()  # first: SIGINT/SIGTERM during the slow imports below are one line, not a traceback
 
 import copy
 import dataclasses

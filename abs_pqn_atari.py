@@ -11,7 +11,8 @@ Reading order: Args; the paper's method (the ABS schedule and divergence, then P
 evaluation; the training loop at the bottom. The run machinery (flag parsing, resume, checkpoints, logging, result
 files) is in abs_utils/, which a copy of this script takes along.
 """
-import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+import abs_utils as U
+U.catch_signals()  # first: SIGINT/SIGTERM during the slow imports below are one line, not a traceback
 
 import copy
 import math

@@ -14,7 +14,9 @@ another game or script. A sampling evaluation (PPO without --eval-greedy, an --e
 torch's generator, seeded here with the evaluation's seed: its games repeat from play to play, not the run's draws.
 docs/video.md has the details.
 """
-import abs_utils as U  # first: it catches SIGINT/SIGTERM during the slow imports below
+import abs_utils as U
+if __name__ == "__main__":  # first: SIGINT/SIGTERM during the slow imports below are one line, not a traceback
+    U.stop_outside_loop("while playing", "the run's files are unchanged (play.py only reads them); play again")
 
 import dataclasses
 import datetime
@@ -205,5 +207,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    U.stop_outside_loop("while playing", "the run's files are unchanged (play.py only reads them); play again")
     main()

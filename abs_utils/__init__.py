@@ -1,10 +1,11 @@
 """The run machinery of the ABS scripts, written once; each script holds its algorithm top to bottom.
 
-Each script imports this package first, as `import abs_utils as U`, and uses its names as `U.name`. One file a
-concern:
+Each script imports this package first, as `import abs_utils as U`, calls `U.catch_signals()`, and uses the names
+as `U.name`. Importing the package runs nothing and imports none of its files: each name loads its file when it is
+first used (PEP 562), so that the first call can come before torch's import. One file a concern:
 
-- `signals.py`: SIGINT/SIGTERM outside the training loop (one line, exit 128 + n); installed by this import, before
-  the scripts' slow imports of torch and envpool.
+- `signals.py`: SIGINT/SIGTERM outside the training loop (one line, exit 128 + n); `catch_signals()` is each
+  script's first statement, before its slow imports of torch and envpool.
 - `flags.py`: every flag's domain (`DOMAINS`, `in_domain`), the rows every script checks (`common_problems`,
   `count_problems`, memory and epoch bounds), `check_flags`, tyro's errors as one line (`tyro_cli`).
 - `parsing.py`: `parse_args`, the command line of a run: a new run's flags and directory, a resume's flags from its
@@ -25,15 +26,38 @@ concern:
 
 docs/CONVENTIONS.md has the contract. A script copied to another folder takes this folder along.
 """
-from .signals import stop_outside_loop  # noqa: F401 (first: it catches the signals during the imports below)
-from .flags import (  # noqa: F401
-    DOMAINS, MAX_COUNT, MAX_EPOCHS, MAX_THREADS, check_flags, common_problems, count_problems, epochs_problem,
-    flag_of, given_flags, has_cxx, in_domain, memory_problem, refuse, rollout_memory_problem, tyro_cli)
-from .checkpoint import (  # noqa: F401
-    RUN_STATE, atomic_torch_save, check_checkpoint, describe_error, is_a, load_checkpoint, load_state, rng_state,
-    set_rng_state)
-from .parsing import parse_args, result_step  # noqa: F401
-from .evaluation import (  # noqa: F401
-    NEAR_CONSTANT_SHARE, action_names, fire_action, play_atari_games, summarize_eval, top_action)
-from .video import Recorder, Videos, read_video, videos_of  # noqa: F401
-from .run import LOSS_SCALES, NonFiniteLoss, Run, env_seed, loss_scales  # noqa: F401
+import importlib
+
+# Each name the scripts use, by the file that holds it.
+_NAMES = {
+    "signals": ("catch_signals", "stop_outside_loop"),
+    "flags": ("DOMAINS", "MAX_COUNT", "MAX_EPOCHS", "MAX_THREADS", "check_flags", "common_problems", "count_problems",
+              "epochs_problem", "flag_of", "given_flags", "has_cxx", "in_domain", "memory_problem", "refuse",
+              "rollout_memory_problem", "tyro_cli"),
+    "checkpoint": ("RUN_STATE", "atomic_torch_save", "check_checkpoint", "describe_error", "is_a", "load_checkpoint",
+                   "load_state", "rng_state", "set_rng_state"),
+    "parsing": ("parse_args", "result_step"),
+    "evaluation": ("NEAR_CONSTANT_SHARE", "action_names", "fire_action", "play_atari_games", "summarize_eval",
+                   "top_action"),
+    "video": ("Recorder", "Videos", "read_video", "videos_of"),
+    "writer": ("event_writer",),
+    "run": ("LOSS_SCALES", "NonFiniteLoss", "Run", "env_seed", "loss_scales"),
+}
+_FILE_OF = {name: file for file, names in _NAMES.items() for name in names}
+__all__ = sorted(_FILE_OF)
+
+
+def __getattr__(name: str):
+    """U.name: the name from its file, imported on first use; U.<file> (U.run, U.checkpoint): the file itself."""
+    if name in _FILE_OF:
+        value = getattr(importlib.import_module(f".{_FILE_OF[name]}", __name__), name)
+    elif name in _NAMES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # the next use is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_FILE_OF) | set(_NAMES))

@@ -21,8 +21,9 @@ from .flags import flag_of, refuse
 
 
 # ================================================================ writes that can be lost
-# The errors of a write that the disk refused: full, over quota, a device or network filesystem gone, read-only.
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE, errno.ENXIO}
+# The errors of a write that the disk refused: full, over quota, a device or network filesystem gone, read-only (the
+# file system, or the run directory or a file in it that this user may not write: `chmod -R a-w` mid-run).
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE, errno.ENXIO, errno.EACCES, errno.EPERM}
 WRITE_FAILED_EXIT = 4  # docs/running.md, "Signals and exit codes"
 
 
@@ -32,7 +33,7 @@ class WriteFailed(Exception):
 
     def __init__(self, path: str, error: OSError, need: Optional[int] = None):
         self.path, self.errno, self.need, self.free = path, error.errno, need, free_bytes(path)
-        self.cause = os.strerror(error.errno).lower() if error.errno else str(error)
+        self.cause = cause_text(error.errno) if error.errno else str(error)
         super().__init__(f"could not write {path}: {self.cause}{self.sizes()}")
 
     def sizes(self) -> str:
@@ -42,6 +43,12 @@ class WriteFailed(Exception):
         if self.errno == errno.ENOSPC and self.free >= self.need:
             return f" ({size_text(self.free)} free, more than its {size_text(self.need)}: no free inodes, `df -i`)"
         return f" (it needs about {size_text(self.need)}; {size_text(self.free)} free)"
+
+
+def cause_text(code: int) -> str:
+    """What refused a write, as a user reads it: strerror, and for a permission what it means on a run directory."""
+    text = os.strerror(code).lower()
+    return f"{text} (read-only to this user: `ls -ld` it)" if code in (errno.EACCES, errno.EPERM) else text
 
 
 def size_text(n: int) -> str:

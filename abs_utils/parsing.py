@@ -8,6 +8,7 @@ is created:
   the stop, a run that has finished).
 """
 import atexit
+import errno
 import dataclasses
 import fcntl
 import json
@@ -151,7 +152,8 @@ def lock_run_directory(run_dir: str, resumed: bool, output_dir: str):
         lock = open(path, "a")
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        if disk_error(e):  # a full disk is no bad input: the same command works once there is space
+        # a full disk is no bad input: the same command works once there is space (a permission is the flag's)
+        if disk_error(e) and e.errno not in (errno.EACCES, errno.EPERM):
             print(f"error: could not write {run_dir}/.lock: {os.strerror(e.errno).lower()}; nothing was written: free "
                   "space, then run the same command again", file=sys.stderr)
             sys.exit(WRITE_FAILED_EXIT)

@@ -15,8 +15,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, describe_error,
-                         disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
+from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, cause_text,
+                         describe_error, disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
 from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
 from .flags import flag_of, refuse
 from .parsing import lock_run_directory
@@ -140,7 +140,7 @@ class Run:
         if lost is None:
             return self.excepthook(kind, error, traceback)
         what = (str(lost) if isinstance(lost, WriteFailed) else
-                f"could not write to {self.dir} (the events or the output): {os.strerror(lost.errno).lower()}")
+                f"could not write to {self.dir} (the events or the output): {cause_text(lost.errno)}")
         fix = "free space" if lost.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
         if self.saved_step is None:
             then = f"no checkpoint was written yet: {fix}, then run the same command again"
@@ -260,8 +260,6 @@ class Run:
         the evaluation policy's choices per action (Atari, play_atari_games), recorded and checked for one action."""
         summary = summarize_eval(returns, lengths, capped, action_counts)
         if summary["episodes"]:
-            self.writer.add_scalar("eval/mean_return", summary["mean"], global_step)
-            self.writer.flush()  # before the result is written: a signal after it loses nothing
             print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
                   f"({summary['capped']} hit the step cap)")
             if 2 * summary["capped"] > summary["episodes"]:
@@ -272,6 +270,9 @@ class Run:
                     print(f"warning: the evaluation policy chose action {action} on {share:.1%} of its steps "
                           f"(eval.action_counts): a near-constant policy, whose score is that of one action")
         args, path = self.args, os.path.join(self.dir, "eval_results.json")
+        # The result first, then its event: a result the disk refuses leaves no event behind, so the resume that
+        # evaluates again logs eval/mean_return once. A signal waits until both are written.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         atomic_json_save(path, {"algo": self.script, "env_id": args.env_id, "seed": args.seed,
                                 "run_name": args.run_name, "global_step": global_step,
                                 "total_timesteps": args.total_timesteps,
@@ -279,7 +280,17 @@ class Run:
                                 "complete": global_step >= args.total_timesteps,
                                 "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)})
         stop_outside_loop("after the evaluation", f"the result is saved in {path}")
-        self.writer.close()
+        try:
+            if summary["episodes"]:
+                self.writer.add_scalar("eval/mean_return", summary["mean"], global_step)
+            self.writer.close()
+        except Exception as e:  # the run is finished: a refused event only leaves the curve without its last point
+            if (lost := disk_error(e)) is None:
+                raise
+            print(f"warning: could not write eval/mean_return to the events in {self.dir}: "
+                  f"{cause_text(lost.errno)}; the result is saved in {path}", file=sys.stderr)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         sys.excepthook, threading.excepthook = self.excepthook, self.thread_excepthook
         if args.track:
             sys.modules["wandb"].finish()

@@ -1,7 +1,8 @@
 """Stop signals outside the training loop: before it starts, during the evaluation and after the result.
 
-The package imports this module first, so that a script run as a program catches SIGINT/SIGTERM before torch's and
-envpool's imports, the slow first second. The training loop checkpoints on a signal (`Run.checkpoint`); outside it
+Each script's first statement is `U.catch_signals()`, so that a script run as a program catches SIGINT/SIGTERM
+before torch's and envpool's imports, the slow first second (the package imports nothing else until a name of
+another file is used). The training loop checkpoints on a signal (`Run.checkpoint`); outside it
 there is nothing to save, or it is saved (training is checkpointed at its end, before the evaluation), so the
 process ends at once, with one line.
 """
@@ -49,9 +50,7 @@ def stop_outside_loop(when: str, then: str) -> None:
     signal.signal(signal.SIGTERM, _stop_outside_loop)
 
 
-# A script of the folder that holds this package, run as a program (not a test or a tool importing the package),
-# gets them from its first line.
-_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-_scripts_folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _main_file and os.path.dirname(os.path.abspath(_main_file)) == _scripts_folder:
+def catch_signals() -> None:
+    """A script's first statement: from here until its training loop, SIGINT/SIGTERM end it at once with one line
+    (`stopped by signal <n> before training started: nothing was saved; ...`), also during its slow imports."""
     stop_outside_loop("before training started", "nothing was saved; run the same command again")

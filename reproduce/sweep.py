@@ -391,13 +391,14 @@ def parse_args(argv=None):
 
 # A write the file system refused (full, no inodes, over quota, read-only, gone): the sweep's own exit code for it,
 # the scripts' (docs/running.md, "A full disk")
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ESTALE}
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ESTALE, errno.EACCES, errno.EPERM}
 WRITE_FAILED = 4
 
 
 def disk_line(e: OSError) -> str:
     what = {errno.ENOSPC: "no space left on device (a full disk, or no free inodes: `df -h` and `df -i` tell)",
             errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
+            errno.EACCES: "permission denied (read-only to this user: `ls -ld` it)",
             }.get(e.errno, os.strerror(e.errno).lower())
     where = f"write {e.filename}" if e.filename else "write under --root (a run's log or claim)"
     return (f"error: the sweep could not {where}: {what}; finished runs are kept and each other run resumes from "

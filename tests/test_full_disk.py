@@ -324,3 +324,85 @@ def test_a_read_only_file_system_and_a_quota_are_named_as_what_they_are(tmp_path
     line = one_line(capsys)
     assert exits == [4] and words in line and f"is intact: {fix}, then run the same command" in line, line
     assert ("MB free" in line) == (code == errno.EDQUOT)
+
+
+# ------------------------------------------------------------------ a run directory made read-only mid-run
+def test_a_refused_result_leaves_no_evaluation_event_so_the_resume_logs_it_once(tmp_path, refuse_writes, exits,
+                                                                               capsys):
+    """The result is written before its event: when the disk refuses the result, the events hold no eval/mean_return,
+    and the resume that evaluates again writes the only one."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(300, 300, state(300))
+    run.end_training()
+    refuse_writes("eval_results.json")
+    uncaught(run, raised(run.finish, 300, [1.0], [10], 0))
+    assert exits == [4]
+    run.writer.flush()
+    events = EventAccumulator(str(tmp_path / "r"))
+    assert "eval/mean_return" not in events.Reload().Tags()["scalars"]
+    run.writer.close()
+    run.lock.close()
+
+
+def test_a_finished_run_whose_last_event_is_refused_keeps_its_result_and_says_so(tmp_path, refuse_writes, exits,
+                                                                                capsys):
+    run = new_run(tmp_path)
+    run.begin(0)
+    run.checkpoint(300, 300, state(300))
+    run.end_training()
+    refuse_writes("events.out")
+    summary = run.finish(300, [2.0, 4.0], [10, 10], 0)
+    assert summary["mean"] == 3.0 and exits == []
+    assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]["mean"] == 3.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: could not write eval/mean_return to the events in {tmp_path / 'r'}: no space left on "
+                   f"device; the result is saved in {tmp_path / 'r' / 'eval_results.json'}"], err
+    run.lock.close()
+
+
+def without_capabilities(command: list) -> list:
+    """command in a new user namespace without a mapping: the same uid outside, but without root's capabilities
+    inside, so that `chmod a-w` binds root as it binds any user (skipped where there is no unshare or none is
+    allowed)."""
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare command to run without root's capabilities")
+    probe = subprocess.run(["unshare", "--user", "true"], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip(f"cannot make a user namespace here: {probe.stderr.strip()}")
+    return ["unshare", "--user", *command]
+
+
+def test_a_run_directory_made_read_only_mid_run_is_one_line_and_the_same_resume_finishes(tmp_path):
+    """`chmod -R a-w` on the run directory while the script trains (stopped with SIGSTOP once its first checkpoint
+    exists, so that the change lands mid-run): its next checkpoint is refused, one line names the permission and the
+    intact checkpoint, exit 4, no traceback; made writable again, the line's --resume finishes the run."""
+    import signal
+    import time
+    run_dir = tmp_path / "r"
+    p = subprocess.Popen(without_capabilities(tiny_pqn(tmp_path, "--checkpoint-every", "64", "--total-timesteps",
+                                                       "4096")),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    p.send_signal(signal.SIGSTOP)
+    subprocess.run(["chmod", "-R", "a-w", str(run_dir)], check=True)
+    p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=600)
+    subprocess.run(["chmod", "-R", "u+w", str(run_dir)], check=True)
+    assert p.returncode == 4, (out, err)
+    lines = [line for line in err.splitlines() if line.startswith("error")]
+    assert "Traceback" not in err and len(lines) == 1, err
+    # the checkpoint's write, or TensorBoard's (it reopens its file to flush), whichever comes first
+    assert lines[0].startswith("error: could not write ") and f" {run_dir}" in lines[0], lines[0]
+    assert "permission denied (read-only to this user: `ls -ld` it)" in lines[0], lines[0]
+    resume = f"--resume {run_dir / 'checkpoint.pt'}"
+    assert lines[0].endswith(f", is intact: make it writable, then run the same command with {resume}"), lines[0]
+    step = int(lines[0].split("at global_step ")[1].split(",")[0])
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["global_step"] == step < 4096
+    assert not list(run_dir.glob("*.tmp"))
+    p = subprocess.run(tiny_pqn(tmp_path)[:2] + resume.split(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((run_dir / "eval_results.json").read_text())["global_step"] == 4096

@@ -587,7 +587,8 @@ def test_the_faults_section_of_the_docs_says_what_the_sweep_does(tmp_path, monke
 
 @pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space left on device (a full disk, or no free inodes"),
                                           (errno.EROFS, "read-only file system"),
-                                          (errno.EDQUOT, "disk quota exceeded")])
+                                          (errno.EDQUOT, "disk quota exceeded"),
+                                          (errno.EACCES, "permission denied (read-only to this user")])
 def test_a_write_the_file_system_refuses_under_the_sweep_is_one_line_and_exit_4(tiny, monkeypatch, capsys, code,
                                                                                  words):
     """The sweep writes each run's log before and after its script: a refused write there (injected into the log's
