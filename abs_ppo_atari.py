@@ -151,6 +151,10 @@ class Args:
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
     eval_fire_after_life_loss: bool = True
     """in games with FIRE, press it on the step after a lost life as training's resets do"""
+    capture_video: bool = False
+    """record the evaluation's first games as MP4 files in <run>/videos/, as a person sees the game (docs/video.md)"""
+    video_episodes: int = 2
+    """how many games --capture-video records: the first the evaluation counts"""
 
 
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
@@ -159,6 +163,7 @@ RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
     "log_every_seconds", "cuda", "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity",
     "eval_episodes", "eval_greedy", "eval_num_envs", "eval_max_episode_steps", "eval_fire_after_life_loss",
+    "capture_video", "video_episodes",
 )
 CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
 
@@ -381,10 +386,12 @@ def ppo_update(agent, optimizer, b_obs, b_actions, b_logprobs, b_advantages, b_r
             "clipfrac": torch.stack(clipfracs).mean().item()}
 
 
-def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0):
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0, render_mode=None):
     # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    # render_mode "rgb_array": envs.render(env_ids) gives the emulator's RGB screens (--capture-video)
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
-                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads)
+                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads,
+                        render_mode=render_mode)
 
 
 # ================================================================ this script's flags and evaluation
@@ -436,18 +443,20 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(agent, args, seed, device):
+def evaluate(agent, args, seed, device, run_dir=None):
     """--eval-episodes whole games by abs_utils.play_atari_games, with actions sampled from the policy (or its mode
-    with --eval-greedy); --eval-fire-after-life-loss presses FIRE after a lost life in games that have it."""
+    with --eval-greedy); --eval-fire-after-life-loss presses FIRE after a lost life in games that have it.
+    With --capture-video, the first games go to <run_dir>/videos/ at 15 frames a second (60 Hz, frame skip 4)."""
     def act(obs):
         logits = agent.logits(torch.from_numpy(obs).to(device))
         sample = Categorical(logits=logits, validate_args=False).sample
         return (logits.argmax(dim=1) if args.eval_greedy else sample()).cpu().numpy()
 
+    videos = U.videos_of(args, run_dir, fps=15)
     envs = make_envs(args.env_id, min(args.eval_num_envs, args.eval_episodes), seed, train=False,
-                     max_episode_steps=args.eval_max_episode_steps)
+                     max_episode_steps=args.eval_max_episode_steps, render_mode=videos and "rgb_array")
     fire = U.fire_action(args.env_id) if args.eval_fire_after_life_loss else None
-    return U.play_atari_games(envs, act, args.eval_episodes, fire)
+    return U.play_atari_games(envs, act, args.eval_episodes, fire, videos=videos)
 
 
 if __name__ == "__main__":
@@ -564,5 +573,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({'mode' if args.eval_greedy else 'sampled'} actions, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(agent, args, args.seed + 10_000, device)
+        returns, lengths, capped, action_counts = evaluate(agent, args, args.seed + 10_000, device, run.dir)
     run.finish(global_step, returns, lengths, capped, action_counts)

@@ -16,9 +16,11 @@ import abs_utils as U
 U.catch_signals()  # first: SIGINT/SIGTERM during the slow imports below are one line, not a traceback
 
 import copy
+import dataclasses
 import functools
 import math
 import os
+import subprocess
 import sys
 import warnings
 from collections import deque
@@ -145,13 +147,17 @@ class Args:
     # Evaluation
     eval_episodes: int = 10
     """deterministic (mean action) evaluation episodes after training, observation statistics frozen"""
+    capture_video: bool = False
+    """record the evaluation's first games as MP4 files in <run>/videos/, as a person sees the game (docs/video.md)"""
+    video_episodes: int = 2
+    """how many games --capture-video records: the first the evaluation counts"""
 
 
 # --resume takes every flag from the checkpoint but these run-control ones, when given; CHECKPOINT_STATE: the
 # script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 RUN_CONTROL_FLAGS = ("resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
                      "log_every_seconds", "cuda", "torch_threads", "track", "wandb_project_name", "wandb_entity",
-                     "eval_episodes")
+                     "eval_episodes", "capture_video", "video_episodes")
 CHECKPOINT_STATE = {"agent": dict, "optimizer": dict, "scheduler": dict, "normalization": dict, "iteration": int}
 
 
@@ -398,9 +404,10 @@ def find_wrapper(env, cls):
     return env
 
 
-def make_env(env_id, gamma, train=True):
-    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw)."""
-    env = gym.make(env_id)
+def make_env(env_id, gamma, train=True, render_mode=None):
+    """CleanRL's wrapper stack; evaluation leaves out the reward normalisation (returns are raw). render_mode
+    "rgb_array": env.render() gives MuJoCo's picture of the scene (--capture-video)."""
+    env = gym.make(env_id, render_mode=render_mode)
     env = gym.wrappers.FlattenObservation(env)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     env = gym.wrappers.ClipAction(env)
@@ -492,6 +499,29 @@ def flag_problems(a: Args):
                            f"--update-epochs {a.update_epochs}, --epochs-ref-steps {a.epochs_ref_steps}, "
                            f"--min-update-epochs {a.min_update_epochs} and {flag} {L}")
     yield U.rollout_memory_problem(a, lambda L: Rollout.allocate(L, a.num_envs, *mujoco_dims(a.env_id), "meta").nbytes)
+    yield rendering_problem(a.env_id) if a.capture_video else (True, "")
+
+
+# --capture-video's check: one render of the task in a child process, so that a missing OpenGL library cannot take
+# this one down; MuJoCo picks its backend by MUJOCO_GL (docs/video.md: egl or osmesa where there is no display).
+RENDER_PROBE = ("import sys, gymnasium as gym; env = gym.make(sys.argv[1], render_mode='rgb_array'); "
+                "env.reset(seed=0); assert env.render().ndim == 3")
+
+
+@functools.lru_cache
+def rendering_problem(env_id: str) -> tuple[bool, str]:
+    """(ok, message): MuJoCo can render env_id offscreen here, before anything is created or trained."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", RENDER_PROBE, env_id], capture_output=True, text=True,
+                               timeout=300)
+        failed, why = probe.returncode != 0, (probe.stderr.strip().splitlines() or ["no output"])[-1]
+    except (OSError, subprocess.SubprocessError) as e:
+        failed, why = True, U.describe_error(e)
+    gl = os.environ.get("MUJOCO_GL")
+    return not failed, (f"--capture-video needs MuJoCo's offscreen rendering, which fails here with MUJOCO_GL="
+                        f"{gl if gl is not None else '(unset)'} ({why[:200]}); without a display set MUJOCO_GL=egl "
+                        "(apt install libegl1 libgl1-mesa-dri, or a GPU driver) or MUJOCO_GL=osmesa (apt install "
+                        "libosmesa6): docs/video.md")
 
 
 def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
@@ -532,21 +562,29 @@ def set_normalization_state(envs, state):
 
 
 @torch.no_grad()
-def evaluate(agent, env_id, episodes, obs_rms, seed, device):
+def evaluate(agent, env_id, episodes, obs_rms, seed, device, videos=None):
     """Deterministic (mean action) episodes with the training observation statistics frozen.
-    The env's TimeLimit caps an episode (1000 steps for the MuJoCo tasks); capped = truncated episodes."""
-    env = make_env(env_id, gamma=1.0, train=False)
+    The env's TimeLimit caps an episode (1000 steps for the MuJoCo tasks); capped = truncated episodes.
+    videos (abs_utils.videos_of, --capture-video): the first episodes recorded, at the task's own frame rate."""
+    env = make_env(env_id, gamma=1.0, train=False, render_mode=videos and "rgb_array")
     normalizer = find_wrapper(env, gym.wrappers.NormalizeObservation)
     set_rms_state(normalizer.obs_rms, obs_rms)
     normalizer.update_running_mean = False
+    recorder = videos and U.Recorder(dataclasses.replace(videos, fps=env.metadata["render_fps"]), 1,
+                                     lambda env_ids: [env.render()])  # rendering neither steps nor reseeds
     returns, lengths, capped = [], [], 0
     obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
+    for episode in range(episodes):
         ep_return, ep_length, term, trunc = 0.0, 0, False, False
         while not (term or trunc):
+            if recorder:
+                recorder.capture()
             mean, _ = agent.policy(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))
             obs, reward, term, trunc, _ = env.step(mean[0].cpu().numpy())
             ep_return, ep_length = ep_return + float(reward), ep_length + 1
+        if recorder:
+            recorder.capture()
+            recorder.ended(0, episode, ep_return)
         returns.append(ep_return)
         lengths.append(ep_length)
         capped += int(trunc and not term)
@@ -678,5 +716,6 @@ if __name__ == "__main__":
     returns, lengths, capped = [], [], 0
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (mean action, frozen observation statistics)")
-        returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, obs_rms, args.seed + 10_000, device)
+        returns, lengths, capped = evaluate(agent, args.env_id, args.eval_episodes, obs_rms, args.seed + 10_000, device,
+                                            U.videos_of(args, run.dir, fps=0))  # fps: the task's (evaluate)
     run.finish(global_step, returns, lengths, capped)

@@ -147,6 +147,10 @@ class Args:
     """parallel games for the evaluation (each plays an equal share of the episodes)"""
     eval_max_episode_steps: int = 10_000
     """per-episode step cap of the evaluation (gymnax's conditions: 1000, Freeway 2500)"""
+    capture_video: bool = False
+    """record the evaluation's first games as MP4 files in <run>/videos/, as a person sees the game (docs/video.md)"""
+    video_episodes: int = 2
+    """how many games --capture-video records: the first the evaluation counts"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
@@ -160,7 +164,8 @@ GAMES = {"Asterix-MinAtar": "asterix", "Breakout-MinAtar": "breakout", "Freeway-
 RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
     "log_every_seconds", "cuda", "torch_threads", "track", "wandb_project_name", "wandb_entity", "eval_episodes",
-    "eval_epsilon", "eval_num_envs", "eval_max_episode_steps", "bf16",
+    "eval_epsilon", "eval_num_envs", "eval_max_episode_steps", "capture_video", "video_episodes",
+    "bf16",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
@@ -419,6 +424,19 @@ class MinAtarEnvs:
         self._needs_reset = term | trunc
         return self._observation(), reward, term, trunc, {"elapsed_step": self._elapsed.copy(), "lives": self._zeros}
 
+    def render(self, env_ids, cell: int = 16):
+        """The games' screens, uint8 [len(env_ids), 10 * cell, 10 * cell, 3], in the package's own colours
+        (minatar.Environment.display_state: black, then seaborn's cubehelix palette, one colour a channel, the
+        highest set channel drawn), each grid cell a block of cell x cell pixels, without opening a window."""
+        channels = self._states.shape[3]
+        if getattr(self, "_palette", None) is None:
+            import seaborn  # minatar's own dependency, for its palette
+
+            colours = [(0.0, 0.0, 0.0)] + list(seaborn.color_palette("cubehelix", channels))
+            self._palette = np.round(np.asarray(colours) * 255).astype(np.uint8)
+        cells = (self._states[env_ids] * np.arange(1, channels + 1, dtype=np.uint8)).max(axis=3)
+        return self._palette[cells].repeat(cell, axis=1).repeat(cell, axis=2)
+
     def close(self):
         pass
 
@@ -469,9 +487,10 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, args, seed, device):
+def evaluate(q_network, args, seed, device, run_dir=None):
     """--eval-episodes games, epsilon-greedy (--eval-epsilon), each of the evaluation's games playing an equal share
-    (abs_utils.play_atari_games's quota), under the training's game settings and --eval-max-episode-steps."""
+    (abs_utils.play_atari_games's quota), under the training's game settings and --eval-max-episode-steps. With
+    --capture-video, the first games go to <run_dir>/videos/ (MinAtarEnvs.render, 10 frames a second)."""
     def act(obs):
         with autocast(device, args.bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
@@ -479,7 +498,7 @@ def evaluate(q_network, args, seed, device):
 
     envs = MinAtarEnvs(args.env_id, min(args.eval_num_envs, args.eval_episodes), seed, args.sticky_action_prob,
                        args.difficulty_ramping, args.eval_max_episode_steps)
-    return U.play_atari_games(envs, act, args.eval_episodes, fire=None)
+    return U.play_atari_games(envs, act, args.eval_episodes, fire=None, videos=U.videos_of(args, run_dir, fps=10))
 
 
 if __name__ == "__main__":
@@ -602,5 +621,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes (epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(q_network, args, args.seed + 10_000, device)
+        returns, lengths, capped, action_counts = evaluate(q_network, args, args.seed + 10_000, device, run.dir)
     run.finish(global_step, returns, lengths, capped, action_counts)

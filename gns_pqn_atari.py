@@ -135,6 +135,10 @@ class Args:
     """per-episode step cap of the evaluation (27k agent steps = the ALE's 108k frames)"""
     eval_fire_after_life_loss: bool = True
     """in games with FIRE, press it on the step after a lost life as training's resets do (off: the authors' code)"""
+    capture_video: bool = False
+    """record the evaluation's first games as MP4 files in <run>/videos/, as a person sees the game (docs/video.md)"""
+    video_episodes: int = 2
+    """how many games --capture-video records: the first the evaluation counts"""
 
     # Speed (same algorithm; see docs/running.md)
     bf16: bool = False
@@ -156,7 +160,7 @@ RUN_CONTROL_FLAGS = (
     "resume", "total_timesteps", "stop_at_step", "extend_schedules", "checkpoint_every", "save_model",
     "log_every_seconds", "cuda", "torch_threads", "env_threads", "track", "wandb_project_name", "wandb_entity",
     "eval_episodes", "eval_epsilon", "eval_protocol", "eval_num_envs", "eval_max_episode_steps",
-    "eval_fire_after_life_loss", "bf16", "compile",
+    "eval_fire_after_life_loss", "capture_video", "video_episodes", "bf16", "compile",
 )
 # The script's part of a checkpoint (besides abs_utils.RUN_STATE), checked before a --resume uses it.
 CHECKPOINT_STATE = {"q_network": dict, "optimizer": dict, "scheduler": dict, "iteration": int}
@@ -432,10 +436,12 @@ def pqn_update(q_network, optimizer, batch, epochs, args, forward=None):
     return torch.stack(losses).mean().item(), torch.stack(qs).mean().item()
 
 
-def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0):
+def make_envs(env_id, num_envs, seed, train, max_episode_steps=27_000, num_threads=0, render_mode=None):
     # Training uses life loss as episode end and clipped rewards; evaluation plays whole games unclipped.
+    # render_mode "rgb_array": envs.render(env_ids) gives the emulator's RGB screens (--capture-video)
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, episodic_life=train,
-                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads)
+                        reward_clip=train, max_episode_steps=max_episode_steps, num_threads=num_threads,
+                        render_mode=render_mode)
 
 
 # ================================================================ this script's flags and evaluation
@@ -486,9 +492,10 @@ def parse_args(argv=None) -> tuple[Args, Optional[dict]]:
 
 
 @torch.no_grad()
-def evaluate(q_network, args, seed, device):
+def evaluate(q_network, args, seed, device, run_dir=None):
     """--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games (--eval-protocol);
-    --eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md)."""
+    --eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md).
+    With --capture-video, the first games go to <run_dir>/videos/ at 15 frames a second (60 Hz, frame skip 4)."""
     def act(obs):
         with autocast(device, args.bf16):
             q_values = q_network(torch.from_numpy(obs).to(device)).float()
@@ -496,9 +503,11 @@ def evaluate(q_network, args, seed, device):
 
     episodes, protocol = args.eval_episodes, args.eval_protocol
     num_envs = args.eval_num_envs if protocol == "first-finished" else min(args.eval_num_envs, episodes)  # >= 1 game
-    envs = make_envs(args.env_id, num_envs, seed, train=False, max_episode_steps=args.eval_max_episode_steps)
+    videos = U.videos_of(args, run_dir, fps=15)
+    envs = make_envs(args.env_id, num_envs, seed, train=False, max_episode_steps=args.eval_max_episode_steps,
+                     render_mode=videos and "rgb_array")
     fire = U.fire_action(args.env_id) if args.eval_fire_after_life_loss else None
-    return U.play_atari_games(envs, act, episodes, fire, protocol)
+    return U.play_atari_games(envs, act, episodes, fire, protocol, videos)
 
 
 if __name__ == "__main__":
@@ -612,5 +621,5 @@ if __name__ == "__main__":
     if args.eval_episodes:
         print(f"evaluating {args.eval_episodes} episodes ({args.eval_protocol}, epsilon {args.eval_epsilon}, "
               f"cap {args.eval_max_episode_steps} steps)")
-        returns, lengths, capped, action_counts = evaluate(q_forward, args, args.seed + 10_000, device)
+        returns, lengths, capped, action_counts = evaluate(q_forward, args, args.seed + 10_000, device, run.dir)
     run.finish(global_step, returns, lengths, capped, action_counts)

@@ -12,6 +12,8 @@ first used (PEP 562), so that the first call can come before torch's import. One
   checkpoint and the rules that relate the two (step budget, stop, finished run).
 - `checkpoint.py`: the atomic writers, every RNG's state, loading a weights-only checkpoint and checking it.
 - `evaluation.py`: `summarize_eval` (eval_results.json's "eval") and the Atari evaluation loop `play_atari_games`.
+- `video.py`: --capture-video, the evaluation's first games as MP4 files (`Videos`, `videos_of`, `Recorder`); the
+  video library is imported only when a video is written.
 - `writer.py`: `event_writer`, the run's TensorBoard writer, its file named to sort after the run's earlier ones.
 - `run.py`: `Run`, which carries the run directory (locked while the run lives), seeds, device, TensorBoard writer,
   timings, progress line, checkpoints, stop signals, the non-finite stop and eval_results.json through the loop:
@@ -37,6 +39,7 @@ _NAMES = {
     "parsing": ("parse_args", "result_step"),
     "evaluation": ("NEAR_CONSTANT_SHARE", "action_names", "fire_action", "play_atari_games", "summarize_eval",
                    "top_action"),
+    "video": ("Recorder", "Videos", "read_video", "videos_of"),
     "writer": ("event_writer",),
     "run": ("LOSS_SCALES", "NonFiniteLoss", "Run", "env_seed", "loss_scales"),
 }

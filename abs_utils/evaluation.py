@@ -7,6 +7,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .video import Recorder, Videos
+
 
 # An evaluation policy that chose one action on at least this share of its steps is reported as near-constant: its
 # score says which action that is more than how it plays (PQN's greedy policy early in training can be one action).
@@ -44,7 +46,8 @@ def fire_action(env_id: str) -> Optional[int]:  # FIRE's index in the Atari game
     return names.index("FIRE") if "FIRE" in names else None
 
 
-def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], protocol: str = "quota"):
+def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], protocol: str = "quota",
+                     videos: Optional[Videos] = None):
     """(returns, lengths, capped, action_counts) of `episodes` whole games on envpool Atari envs, act(obs) -> actions.
     action_counts[a]: the steps, over every env and every step played, on which the policy chose action a (an index of
     envs.action_space, the game's minimal action set; before the FIRE below), to show a policy that barely depends on
@@ -52,7 +55,9 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
     protocol "quota": each env plays a fixed quota, so that short games are not favoured; "first-finished": the first
     `episodes` games to end on any env, in the order they end (env index within a step), as the authors' PQN and GNS
     code counts them: an env with short games ends more of them, so short games are over-represented. With `fire`
-    (FIRE's index), an env presses it on the step after it lost a life, as envpool's reset does in training."""
+    (FIRE's index), an env presses it on the step after it lost a life, as envpool's reset does in training.
+    videos (--capture-video): the first counted games of the first envs as MP4 files, from envs.render(env_ids),
+    which neither steps nor reseeds them (abs_utils/video.py)."""
     num_envs = envs.config["num_envs"]
     if protocol == "quota":
         quota = np.full(num_envs, episodes // num_envs)
@@ -64,8 +69,11 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
     finished, ep_return = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs)
     returns, lengths, capped = [], [], 0
     action_counts = np.zeros(envs.action_space.n, dtype=np.int64)
+    recorder = None if videos is None else Recorder(videos, num_envs, lambda ids: envs.render(env_ids=ids))
     obs, info = envs.reset()
     lives = info["lives"]
+    if recorder is not None:
+        recorder.capture()
     while len(returns) < episodes:
         actions = act(obs)
         action_counts += np.bincount(actions, minlength=len(action_counts))
@@ -77,10 +85,23 @@ def play_atari_games(envs, act: Callable, episodes: int, fire: Optional[int], pr
         ended = term | trunc
         counted = ended & (finished < quota)
         counted &= np.cumsum(counted) <= episodes - len(returns)  # first-finished: ties by env index, up to the end
+        if recorder is not None:
+            record(recorder, ended, counted, len(returns), ep_return)
         returns += ep_return[counted].tolist()
         lengths += info["elapsed_step"][counted].tolist()
         capped += int((counted & trunc & ~term).sum())
         finished += ended
         ep_return[ended] = 0.0
+    if recorder is not None:
+        recorder.close()
     envs.close()
     return returns, lengths, capped, action_counts.tolist()
+
+
+def record(recorder: Recorder, ended, counted, done: int, ep_return) -> None:
+    """After a step: the recorded envs' frames, then their games that ended (each counted one with its index among
+    the evaluation's returns: `done` were counted before this step)."""
+    recorder.capture()
+    index = done + np.cumsum(counted) - 1
+    for env in np.flatnonzero(ended[: len(recorder.envs)]):
+        recorder.ended(int(env), int(index[env]) if counted[env] else None, float(ep_return[env]))

@@ -77,7 +77,8 @@ def has_cxx() -> bool:  # for torch.compile's kernels
 
 
 def common_problems(args) -> Iterator[tuple[bool, str]]:
-    """The rows every script checks first: the seed, the run name, --track."""
+    """The rows every script checks first: the seed, the run name, --track, --stop-at-step, --extend-schedules,
+    --video-episodes and --capture-video, the thread counts."""
     # envpool takes signed 32-bit seeds, and evaluation runs on seed + 10_000
     yield 0 <= args.seed < 2**31 - 10_000, f"--seed must be in [0, 2^31 - 10000), got {args.seed!r}"
     name = args.run_name
@@ -90,6 +91,11 @@ def common_problems(args) -> Iterator[tuple[bool, str]]:
            f"({args.total_timesteps})] (or not given: run to the end), got {stop!r}")
     yield (not getattr(args, "extend_schedules", False) or args.resume is not None,
            "--extend-schedules goes with --resume and another --total-timesteps than the checkpoint's")
+    if hasattr(args, "video_episodes"):  # --capture-video records evaluation games
+        yield args.video_episodes >= 1, f"--video-episodes must be >= 1, got {args.video_episodes!r}"
+        yield (not args.capture_video or args.eval_episodes >= 1,
+               "--capture-video records evaluation games: it needs --eval-episodes >= 1, got "
+               f"{args.eval_episodes!r}")
     for name in ("torch_threads", "env_threads"):  # 0: the library's default
         if hasattr(args, name):
             yield 0 <= getattr(args, name) <= MAX_THREADS, (f"{flag_of(name)} must be in [0, {MAX_THREADS}] "

@@ -58,7 +58,8 @@ def seed_everything(args) -> None:
 
 def keep_earlier_result(run_dir: str, global_step: int) -> None:
     """A resumed run that had written eval_results.json (a prefix run stopped by --stop-at-step, or a finished run
-    extended) keeps that record as eval_results_at_<its step>.json: the new result never overwrites it."""
+    extended) keeps that record as eval_results_at_<its step>.json, and its videos/ as videos_at_<its step>/: the
+    new result never overwrites them."""
     path = os.path.join(run_dir, "eval_results.json")
     if os.path.exists(path):
         try:
@@ -72,6 +73,9 @@ def keep_earlier_result(run_dir: str, global_step: int) -> None:
             kept = os.path.join(run_dir, f"eval_results_at_{step}_{n}.json")
         os.replace(path, kept)
         print(f"kept the earlier result (at global_step {step}) as {kept}")
+        videos = os.path.join(run_dir, "videos")  # its --capture-video games, beside it
+        if os.path.isdir(videos):
+            os.replace(videos, kept.replace("eval_results_at_", "videos_at_")[: -len(".json")])
 
 
 class Run:
@@ -246,8 +250,10 @@ class Run:
         stop_outside_loop("during the evaluation", f"training is saved in {self.checkpoint_path} (global_step "
                           f"{self.start_step}, its end); --resume {self.checkpoint_path} evaluates it again")
 
-    def save_model(self, obj: dict) -> None:  # model.pt
-        atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args)})
+    def save_model(self, obj: dict) -> None:  # model.pt; play.py evaluates it again, by its algo and flags
+        atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args), "algo": self.script,
+                                                               "run_name": self.args.run_name,
+                                                               "global_step": self.saved_step})
 
     def finish(self, global_step: int, returns, lengths, capped: int, action_counts=None) -> dict:
         """Log the evaluation and write eval_results.json, whose existence marks the run as finished. action_counts:

@@ -144,24 +144,25 @@ DIFFERENCES = {
     ("evaluate", PQN, BTR): (
         "BTR has no --eval-protocol: it evaluates by quotas, one game per env at a time", r'''
 -"""--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games (--eval-protocol);
----eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md)."""
+---eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/pqn.md).
 +"""--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games;
-+--eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/btr.md)."""
++--eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/btr.md).
 -episodes, protocol = args.eval_episodes, args.eval_protocol
 -num_envs = args.eval_num_envs if protocol == "first-finished" else min(args.eval_num_envs, episodes)  # >= 1 game
--envs = make_envs(args.env_id, num_envs, seed, train=False, max_episode_steps=args.eval_max_episode_steps)
+-envs = make_envs(args.env_id, num_envs, seed, train=False, max_episode_steps=args.eval_max_episode_steps,
+-render_mode=videos and "rgb_array")
 +envs = make_envs(args.env_id, min(args.eval_num_envs, args.eval_episodes), seed, train=False,
-+max_episode_steps=args.eval_max_episode_steps)
--return U.play_atari_games(envs, act, episodes, fire, protocol)
-+return U.play_atari_games(envs, act, args.eval_episodes, fire)'''),
++max_episode_steps=args.eval_max_episode_steps, render_mode=videos and "rgb_array")
+-return U.play_atari_games(envs, act, episodes, fire, protocol, videos)
++return U.play_atari_games(envs, act, args.eval_episodes, fire, videos=videos)'''),
     ("evaluate", BTR, PPO_ATARI): (
         "PPO acts by sampling its policy (or its mode, --eval-greedy), not epsilon-greedy on Q-values", r'''
--def evaluate(q_network, args, seed, device):
+-def evaluate(q_network, args, seed, device, run_dir=None):
 -"""--eval-episodes whole games, epsilon-greedy (--eval-epsilon), by abs_utils.play_atari_games;
----eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/btr.md)."""
-+def evaluate(agent, args, seed, device):
+---eval-fire-after-life-loss presses FIRE on the step after a lost life in games that have it (docs/btr.md).
++def evaluate(agent, args, seed, device, run_dir=None):
 +"""--eval-episodes whole games by abs_utils.play_atari_games, with actions sampled from the policy (or its mode
-+with --eval-greedy); --eval-fire-after-life-loss presses FIRE after a lost life in games that have it."""
++with --eval-greedy); --eval-fire-after-life-loss presses FIRE after a lost life in games that have it.
 -with autocast(device, args.bf16):
 -q_values = q_network(torch.from_numpy(obs).to(device)).float()
 -return select_actions(q_values, args.eval_epsilon)[0].cpu().numpy()

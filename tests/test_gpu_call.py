@@ -20,7 +20,8 @@ import summary  # noqa: E402
 import throughput  # noqa: E402
 
 # Modules the call never imports although a file it runs names them: each for a feature the call does not use.
-NOT_CARRIED = {"wandb": "imported only with --track, which needs a network the GPU machine does not have"}
+NOT_CARRIED = {"wandb": "imported only with --track, which needs a network the GPU machine does not have",
+               "imageio_ffmpeg": "imported only with --capture-video (abs_utils/video.py), which the call does not use"}
 
 
 def norm(name: str) -> str:

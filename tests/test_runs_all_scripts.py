@@ -306,12 +306,13 @@ def test_resume_keeps_the_checkpoints_algorithm_flags_and_refuses_other_checkpoi
 NUMERIC = (int, float, Optional[int], Optional[float])
 # abs_utils.common_problems checks these for every script alike (tests/test_abs_utils.py with its toy Args): their rows
 # run once, on GENERIC, with the flags of the run directory and the checkpoint the same way.
-CHECKED_FOR_EVERY_SCRIPT = {"seed", "torch_threads", "env_threads", "stop_at_step"}
+CHECKED_FOR_EVERY_SCRIPT = {"seed", "torch_threads", "env_threads", "stop_at_step", "video_episodes"}
 COMMON_ROWS = [
     (["--seed", "-1"], "--seed"), (["--seed", str(2**31 - 10_000)], "--seed"),
     (["--torch-threads", "-1"], "--torch-threads"), (["--torch-threads", "2000"], "--torch-threads"),
     (["--env-threads", "-1"], "--env-threads"), (["--env-threads", "2000"], "--env-threads"),
     (["--stop-at-step", "0"], "--stop-at-step"),  # (tests/test_stop_at_step.py: more values, from a real process)
+    (["--video-episodes", "0"], "--video-episodes"), (["--capture-video", "--eval-episodes", "0"], "--capture-video"),
     (["--run-name", "../x"], "--run-name"), (["--run-name", "a/b"], "--run-name"), (["--run-name", ".."], "--run-name"),
     (["--track"], "--track"), (["--resume", "nowhere/checkpoint.pt"], "--resume"),
     # abs_utils.check_flags refuses a NaN or infinite value of every float flag alike, first

@@ -1,0 +1,120 @@
+"""play.py: a tiny run's saved model.pt and checkpoint.pt, played back, give the run's own evaluation (returns,
+lengths, action counts) on its seed, for every script; the results (and videos) go to a new folder beside the file and
+the run's own files stay as they were; a file of another game, script or network is one line, exit 2, nothing made."""
+import json
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, ROOT, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
+
+sys.path.insert(0, ROOT)
+import abs_utils as U  # noqa: E402
+import play  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# PPO-Atari's evaluation samples its policy unless --eval-greedy: a sampling evaluation is repeatable in play.py
+# (seeded), not the run's own draws (docs/video.md)
+GREEDY = {"abs_ppo_atari.py": ["--eval-greedy"]}
+EVAL = ["--eval-episodes", "2"]
+
+
+def train(script, tmp_path, *flags, name="r"):
+    s = SCRIPTS[script]
+    done = preloaded.run([sys.executable, s.path, *s.fixed, *CPU, "--torch-threads", "1", *EVAL,
+                          *GREEDY.get(script, []), "--save-model", *flags, "--output-dir", str(tmp_path),
+                          "--run-name", name], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / name
+
+
+def contents(folder) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        play.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_a_saved_model_and_checkpoint_play_back_the_runs_own_evaluation(script, tmp_path):
+    run_dir = train(script, tmp_path)
+    before = contents(run_dir)
+    own = json.loads(before["eval_results.json"])["eval"]
+    for saved in ("model.pt", "checkpoint.pt"):
+        result = play.main([str(run_dir / saved), "--no-cuda", "--torch-threads", "1"])
+        assert result["eval"] == own and result["eval_seed"] == 1 + 10_000, saved
+        assert result["algo"] == SCRIPTS[script].name and result["run_name"] == "r"
+    plays = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
+    assert len(plays) == 2 and all(p.startswith("play-") for p in plays)
+    for p in plays:
+        assert os.listdir(run_dir / p) == ["play_results.json"]
+    assert contents(run_dir) == before  # the run's own files: only read
+
+
+def test_play_with_video_episodes_seed_and_output_dir(tmp_path):
+    run_dir = train("abs_pqn_minatar.py", tmp_path)
+    before = contents(run_dir)
+    result = play.main([str(run_dir / "model.pt"), "--no-cuda", "--episodes", "3", "--seed", "7", "--capture-video",
+                        "--video-episodes", "1", "--output-dir", str(tmp_path)])
+    folder = next(p for p in tmp_path.iterdir() if p.name.startswith("play-"))
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(before) and contents(run_dir) == before
+    ev = json.loads((folder / "play_results.json").read_text())["eval"]
+    assert ev == result["eval"] and ev["episodes"] == 3 and result["eval_seed"] == 7
+    videos = os.listdir(folder / "videos")
+    assert videos == [f"r__episode0__return{ev['returns'][0]:g}.mp4"]
+    assert len(U.read_video(str(folder / "videos" / videos[0]))) == ev["lengths"][0] + 1
+
+
+def test_a_file_of_another_game_script_or_network_is_one_line(tmp_path, capsys):
+    atari, minatar = train("abs_pqn_atari.py", tmp_path, name="a"), train("abs_pqn_minatar.py", tmp_path, name="m")
+    model = str(atari / "model.pt")
+    assert "is a file of Breakout-v5, not of Pong-v5" in refused([model, "--env-id", "Pong-v5"], capsys)
+    assert "is a file of abs_pqn_atari.py, not of abs_btr.py" in refused([model, "--algo", "abs_btr"], capsys)
+    saved = torch.load(model, weights_only=True)
+    saved.pop("digest")  # the changed files below have none (a file whose digest differs: "is damaged")
+    other = tmp_path / "other"
+    other.mkdir()
+    torch.save({**saved, "q_network": torch.load(minatar / "model.pt", weights_only=True)["q_network"]},
+               other / "model.pt")  # MinAtar's weights under an Atari run's flags
+    assert "'q_network' does not fit abs_pqn_atari.py's network" in refused([str(other / "model.pt")], capsys)
+    torch.save({**saved, "algo": "abs_pqn_minatar"}, other / "model.pt")  # an Atari run's flags, MinAtar's script
+    assert "abs_pqn_minatar.py cannot build its network for Breakout-v5" in refused([str(other / "model.pt")], capsys)
+    torch.save({**saved, "digest": "0" * 64}, other / "model.pt")
+    assert "is damaged" in refused([str(other / "model.pt")], capsys)
+    torch.save({**saved, "args": {**saved["args"], "num_envs": "x"}}, other / "model.pt")
+    assert "holds --num-envs = 'x', which is not a int; it is damaged" in refused([str(other / "model.pt")], capsys)
+    torch.save({**saved, "algo": "ppo"}, other / "model.pt")
+    assert "is not a model.pt or checkpoint.pt of these scripts" in refused([str(other / "model.pt")], capsys)
+    assert "no such file" in refused([str(other / "none.pt")], capsys)
+    assert refused([model, "--episodes", "0"], capsys).startswith("error: --episodes must be")
+    torch.save({**saved, "args": {**saved["args"], "eval_episodes": 0}}, other / "model.pt")
+    assert "the run evaluated no games (--eval-episodes 0)" in refused([str(other / "model.pt")], capsys)
+    assert os.listdir(other) == ["model.pt"] and not [p for p in os.listdir(atari) if p.startswith("play-")]
+
+
+def test_the_committed_videos_are_the_published_runs_own_evaluation():
+    """results/minatar-batches/videos/: play.py of the study's checkpoints (docs/results-minatar-batches.md) gave
+    the published runs' own evaluation, and each video is the game its name and play_results.json say."""
+    here = ROOT + "/results/minatar-batches"
+    played = sorted(os.listdir(f"{here}/videos"))
+    assert played
+    for folder in played:
+        label, run = folder.split("-", 1)
+        with open(f"{here}/videos/{folder}/play_results.json") as f:
+            result = json.load(f)
+        with open(f"{here}/runs/minatar-batches/{label}/{run}/eval_results.json") as f:
+            assert result["eval"] == json.load(f)["eval"]
+        (video,) = os.listdir(f"{here}/videos/{folder}/videos")
+        episode, episode_return = re.fullmatch(r".*__episode(\d+)__return(.+)\.mp4", video).groups()
+        assert float(episode_return) == result["eval"]["returns"][int(episode)]
+        frames = U.read_video(f"{here}/videos/{folder}/videos/{video}")
+        assert len(frames) == result["eval"]["lengths"][int(episode)] + 1

@@ -1,0 +1,127 @@
+"""--capture-video: a tiny run writes its evaluation's first games as decodable MP4 files, one frame per step plus
+the first, named by run, episode and return, and its evaluation's numbers are those of the same run without videos;
+MinAtar's frames are the package's own colours; MuJoCo without a rendering backend is one line, exit 2, before the
+run directory exists."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import preloaded  # runs the training scripts without their imports' seconds (tests/preloaded.py)
+from scripts import CPU, ROOT, SCRIPTS  # the scripts and their tiny runs (tests/scripts.py)
+
+sys.path.insert(0, ROOT)
+import abs_utils as U  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# 3 games on 2 envs, both recorded (the default --video-episodes is 2): the first two counted games are filmed
+EVAL = ["--eval-episodes", "3", "--eval-num-envs", "2", "--eval-epsilon", "0.3"]
+SHAPES = {"abs_pqn_atari.py": (210, 160, 3), "abs_pqn_minatar.py": (160, 160, 3), "abs_ppo_mujoco.py": (480, 480, 3)}
+
+
+def run(script, flags, tmp_path, name, env=ENV):
+    s = SCRIPTS[script]
+    return preloaded.run([sys.executable, s.path, *s.fixed, *CPU, "--torch-threads", "1", *flags, "--output-dir",
+                          str(tmp_path), "--run-name", name], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env=env)
+
+
+def check_videos(run_dir, script) -> None:
+    """The videos are the first two counted games (eval.returns[0] and [1]): name, frame count and size."""
+    with open(run_dir / "eval_results.json") as f:
+        ev = json.load(f)["eval"]
+    files = sorted(os.listdir(run_dir / "videos"))
+    assert files == [f"{run_dir.name}__episode{i}__return{ev['returns'][i]:g}.mp4" for i in range(2)]
+    for i, name in enumerate(files):
+        frames = U.read_video(str(run_dir / "videos" / name))
+        assert frames.shape == (ev["lengths"][i] + 1, *SHAPES[script])  # the reset's frame, then one per step
+        assert frames.std() > 0  # a picture, not a blank
+
+
+@pytest.mark.parametrize("script", ["abs_pqn_atari.py", "abs_pqn_minatar.py"])
+def test_capture_video_films_the_first_games_and_changes_no_number(script, tmp_path):
+    plain, filmed = run(script, EVAL, tmp_path, "plain"), run(script, [*EVAL, "--capture-video"], tmp_path, "filmed")
+    assert plain.returncode == 0 and filmed.returncode == 0, plain.stderr + filmed.stderr
+    results = [json.loads((tmp_path / name / "eval_results.json").read_text())["eval"] for name in ("plain", "filmed")]
+    assert results[0] == results[1]  # returns, lengths, capped, action_counts
+    check_videos(tmp_path / "filmed", script)
+    assert not (tmp_path / "plain" / "videos").exists()
+    assert not [f for f in os.listdir(tmp_path / "filmed" / "videos") if f.startswith(".")]  # no partial file left
+
+
+def test_minatar_frames_are_the_packages_own_colours():
+    """MinAtarEnvs.render against the colour map minatar.Environment.display_state builds (matplotlib's), cell by
+    cell, on a game with objects on screen."""
+    import seaborn
+    from matplotlib import colors
+
+    mn = SCRIPTS["abs_pqn_minatar.py"].module()
+    envs = mn.MinAtarEnvs("Seaquest-MinAtar", 2, seed=3)
+    envs.reset()
+    for _ in range(30):
+        envs.step(np.array([1, 2]))
+    n = envs._states.shape[3]
+    cmap = colors.ListedColormap([(0, 0, 0)] + list(seaborn.color_palette("cubehelix", n)))
+    norm = colors.BoundaryNorm(list(range(n + 2)), n + 1)
+    frames = envs.render([0, 1], cell=4)
+    for i in range(2):
+        state = envs.games[i].state()
+        numerical = np.amax(state * np.reshape(np.arange(n) + 1, (1, 1, -1)), 2) + 0.5  # display_state's
+        expected = np.round(cmap(norm(numerical))[..., :3] * 255).astype(np.uint8)
+        assert len(np.unique(numerical)) > 2
+        assert np.array_equal(frames[i][::4, ::4], expected) and frames[i].shape == (40, 40, 3)
+
+
+def test_mujoco_without_a_rendering_backend_is_one_line_before_the_run(tmp_path):
+    """No display, and MuJoCo's window-system backend (GLFW, its default): no context can be opened."""
+    headless = {**{k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}, "MUJOCO_GL": "glfw"}
+    done = run("abs_ppo_mujoco.py", ["--capture-video"], tmp_path, "r", env=headless)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: --capture-video needs MuJoCo's offscreen rendering")
+    assert "MUJOCO_GL=egl" in lines[0] and "MUJOCO_GL=osmesa" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_mujoco_capture_video_with_egl(tmp_path):
+    env = {**ENV, "MUJOCO_GL": "egl"}
+    probe = preloaded.run([sys.executable, "-c", SCRIPTS["abs_ppo_mujoco.py"].module().RENDER_PROBE,
+                           "InvertedPendulum-v5"], capture_output=True, text=True, env=env, timeout=300)
+    if probe.returncode != 0:
+        pytest.skip(f"no EGL rendering here: {probe.stderr.strip().splitlines()[-1:]}")
+    flags = ["--env-id", "InvertedPendulum-v5", "--eval-episodes", "3"]
+    plain, filmed = (run("abs_ppo_mujoco.py", [*flags, *more], tmp_path, name, env=env)
+                     for name, more in (("plain", []), ("filmed", ["--capture-video"])))
+    assert plain.returncode == 0 and filmed.returncode == 0, plain.stderr + filmed.stderr
+    results = [json.loads((tmp_path / name / "eval_results.json").read_text())["eval"] for name in ("plain", "filmed")]
+    assert results[0] == results[1]
+    check_videos(tmp_path / "filmed", "abs_ppo_mujoco.py")
+
+
+def test_a_resume_keeps_the_earlier_evaluations_videos(tmp_path):
+    """A prefix run (--stop-at-step) filmed, then resumed to the end: the first evaluation's videos stay, beside its
+    eval_results_at_<step>.json, as videos_at_<step>/."""
+    first = run("abs_pqn_minatar.py", [*EVAL, "--capture-video", "--stop-at-step", "32"], tmp_path, "r")
+    assert first.returncode == 0, first.stderr
+    earlier = sorted(os.listdir(tmp_path / "r" / "videos"))
+    s = SCRIPTS["abs_pqn_minatar.py"]
+    done = preloaded.run([sys.executable, s.path, "--resume", str(tmp_path / "r" / "checkpoint.pt")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path / "r" / "videos_at_32")) == earlier and len(earlier) == 2
+    assert (tmp_path / "r" / "eval_results_at_32.json").is_file()
+    check_videos(tmp_path / "r", "abs_pqn_minatar.py")
+
+
+def test_an_evaluation_without_video_never_imports_the_video_library():
+    import subprocess
+
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import abs_pqn_minatar as mn; "
+            "args = mn.Args(eval_episodes=2, eval_num_envs=2, eval_max_episode_steps=20); "
+            "mn.evaluate(mn.QNetwork(4, 3), args, 1, torch.device('cpu'), run_dir=sys.argv[2]); "
+            "assert 'imageio_ffmpeg' not in sys.modules, 'imported'; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code, ROOT, "/nonexistent"], capture_output=True, text=True,
+                          timeout=300, env=ENV)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
