@@ -15,8 +15,10 @@ first used (PEP 562), so that the first call can come before torch's import. One
 - `video.py`: --capture-video, the evaluation's first games as MP4 files (`Videos`, `videos_of`, `Recorder`); the
   video library is imported only when a video is written.
 - `writer.py`: `event_writer`, the run's TensorBoard writer, its file named to sort after the run's earlier ones.
+- `faults.py`: what ends a run early as one line: a write the disk refused (exit 4), a non-finite loss (exit 3).
+- `results.py`: eval_results.json's record, the evaluation's printed summary, the earlier result a resume keeps.
 - `run.py`: `Run`, which carries the run directory (locked while the run lives), seeds, device, TensorBoard writer,
-  timings, progress line, checkpoints, stop signals, the non-finite stop and eval_results.json through the loop:
+  timings, progress line, checkpoints and stop signals through the loop, and calls the two files above:
 
     args, checkpoint = U.parse_args(Args, SCRIPT, flag_problems, RUN_CONTROL_FLAGS, {"q_network": dict, ...})
     run = U.Run(args, checkpoint, SCRIPT, phases=("env", "update"))  # run directory, seeds, device, wandb
@@ -41,7 +43,9 @@ _NAMES = {
                    "top_action"),
     "video": ("Recorder", "Videos", "read_video", "videos_of"),
     "writer": ("event_writer",),
-    "run": ("LOSS_SCALES", "NonFiniteLoss", "Run", "env_seed", "loss_scales"),
+    "faults": ("LOSS_SCALES", "NonFiniteLoss", "loss_scales"),
+    "results": ("keep_earlier_result",),
+    "run": ("Run", "env_seed"),
 }
 _FILE_OF = {name: file for file, names in _NAMES.items() for name in names}
 __all__ = sorted(_FILE_OF)

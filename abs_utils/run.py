@@ -1,9 +1,7 @@
 """The run: its directory (locked while it lives), seeds, device, TensorBoard writer, timings, progress line,
-checkpoints, stop signals, the non-finite stop and its result, eval_results.json (how a script drives it:
-abs_utils/__init__.py)."""
+checkpoints and stop signals; the faults that end it early (faults.py) and its result (results.py) are written
+through it (how a script drives it: abs_utils/__init__.py)."""
 import contextlib
-import errno
-import json
 import os
 import random
 import signal
@@ -15,11 +13,13 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from .checkpoint import (WRITE_FAILED_EXIT, WriteFailed, atomic_json_save, atomic_torch_save, cause_text,
-                         describe_error, disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
-from .evaluation import NEAR_CONSTANT_SHARE, summarize_eval, top_action
-from .flags import flag_of, refuse
+from .checkpoint import (WRITE_FAILED_EXIT, atomic_json_save, atomic_torch_save, cause_text, describe_error,
+                         disk_error, remove_stale_temps, rng_state, set_rng_state, unchanged_since_read)
+from .evaluation import summarize_eval
+from .faults import non_finite_line, refused_write_line
+from .flags import refuse
 from .parsing import lock_run_directory
+from .results import keep_earlier_result, print_eval, result_record
 from .signals import stop_outside_loop
 from .writer import event_writer
 
@@ -31,20 +31,6 @@ def env_seed(seed: int, global_step: int) -> int:
     return (seed + global_step) % 2**31
 
 
-class NonFiniteLoss(RuntimeError):
-    """Raised by an update before its optimizer step when the loss or gradient is not finite (see Run.fail)."""
-
-
-# The flags (of those a script has) whose lower values shrink a loss term or a step: the learning rate, the weights of
-# PPO's entropy and value terms and of BTR's Munchausen term, and the gradient clip. A non-finite loss names them all
-# with their values, since the step that failed does not say which term grew.
-LOSS_SCALES = ("learning_rate", "ent_coef", "vf_coef", "munchausen_alpha", "max_grad_norm")
-
-
-def loss_scales(args) -> str:
-    return ", ".join(f"{flag_of(n)} {getattr(args, n)}" for n in LOSS_SCALES if hasattr(args, n))
-
-
 def seed_everything(args) -> None:
     """Python's, NumPy's and torch's RNGs from --seed; cuDNN's determinism; torch's threads (--torch-threads: runs
     side by side, as reproduce/sweep.py's workers are, share the cores)."""
@@ -54,28 +40,6 @@ def seed_everything(args) -> None:
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if getattr(args, "torch_threads", 0):
         torch.set_num_threads(args.torch_threads)
-
-
-def keep_earlier_result(run_dir: str, global_step: int) -> None:
-    """A resumed run that had written eval_results.json (a prefix run stopped by --stop-at-step, or a finished run
-    extended) keeps that record as eval_results_at_<its step>.json, and its videos/ as videos_at_<its step>/: the
-    new result never overwrites them."""
-    path = os.path.join(run_dir, "eval_results.json")
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                step = int(json.load(f)["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            step = global_step
-        kept, n = os.path.join(run_dir, f"eval_results_at_{step}.json"), 1
-        while os.path.exists(kept):  # a record kept before (the same step evaluated twice) stays as it is
-            n += 1
-            kept = os.path.join(run_dir, f"eval_results_at_{step}_{n}.json")
-        os.replace(path, kept)
-        print(f"kept the earlier result (at global_step {step}) as {kept}")
-        videos = os.path.join(run_dir, "videos")  # its --capture-video games, beside it
-        if os.path.isdir(videos):
-            os.replace(videos, kept.replace("eval_results_at_", "videos_at_")[: -len(".json")])
 
 
 class Run:
@@ -136,19 +100,11 @@ class Run:
     def _on_uncaught(self, kind, error, traceback) -> None:
         """A write the disk refused (a checkpoint, eval_results.json, model.pt, the events, the output) ends the run
         with one line and exit 4; the last complete checkpoint is intact. Anything else: Python's traceback."""
-        lost = error if isinstance(error, WriteFailed) else disk_error(error)
-        if lost is None:
+        line = refused_write_line(error, self.dir, self.checkpoint_path, self.saved_step)
+        if line is None:
             return self.excepthook(kind, error, traceback)
-        what = (str(lost) if isinstance(lost, WriteFailed) else
-                f"could not write to {self.dir} (the events or the output): {cause_text(lost.errno)}")
-        fix = "free space" if lost.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
-        if self.saved_step is None:
-            then = f"no checkpoint was written yet: {fix}, then run the same command again"
-        else:
-            then = (f"the last complete checkpoint, {self.checkpoint_path} at global_step {self.saved_step}, is "
-                    f"intact: {fix}, then run the same command with --resume {self.checkpoint_path}")
         with contextlib.suppress(Exception):  # the output may be on the full disk too
-            print(f"error: {what}; {then}", file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
         os._exit(WRITE_FAILED_EXIT)  # as a signal outside the loop does: the writer's threads cannot flush
 
     def _on_uncaught_in_thread(self, hook_args) -> None:
@@ -239,9 +195,7 @@ class Run:
         good checkpoint.pt stays) and exit 3."""
         self.train_seconds += time.monotonic() - self.start_time  # up to now, like the perf sums
         path = os.path.join(self.dir, "checkpoint_nonfinite.pt")
-        self._save_and_exit(path, state(), 3, f"error: {error} at global_step {global_step}; state before that step "
-                                              f"saved to {path}. Start again with lower values of the flags that "
-                                              f"scale the loss or its steps ({loss_scales(self.args)}).")
+        self._save_and_exit(path, state(), 3, non_finite_line(error, global_step, path, self.args))
 
     def end_training(self) -> None:
         """Count the time since the last checkpoint; from now on a signal (during the evaluation) ends the process
@@ -259,26 +213,12 @@ class Run:
         """Log the evaluation and write eval_results.json, whose existence marks the run as finished. action_counts:
         the evaluation policy's choices per action (Atari, play_atari_games), recorded and checked for one action."""
         summary = summarize_eval(returns, lengths, capped, action_counts)
-        if summary["episodes"]:
-            print(f"eval: mean {summary['mean']:.2f} +- {summary['std']:.2f} over {summary['episodes']} episodes "
-                  f"({summary['capped']} hit the step cap)")
-            if 2 * summary["capped"] > summary["episodes"]:
-                print("warning: most evaluation episodes hit the step cap; their returns are those of games cut short")
-            if action_counts is not None and sum(action_counts):
-                action, share = top_action(action_counts)
-                if share >= NEAR_CONSTANT_SHARE:
-                    print(f"warning: the evaluation policy chose action {action} on {share:.1%} of its steps "
-                          f"(eval.action_counts): a near-constant policy, whose score is that of one action")
+        print_eval(summary)
         args, path = self.args, os.path.join(self.dir, "eval_results.json")
         # The result first, then its event: a result the disk refuses leaves no event behind, so the resume that
         # evaluates again logs eval/mean_return once. A signal waits until both are written.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        atomic_json_save(path, {"algo": self.script, "env_id": args.env_id, "seed": args.seed,
-                                "run_name": args.run_name, "global_step": global_step,
-                                "total_timesteps": args.total_timesteps,
-                                # a prefix run (--stop-at-step) holds the first global_step steps of a longer protocol
-                                "complete": global_step >= args.total_timesteps,
-                                "train_seconds": self.train_seconds, "eval": summary, "args": vars(args)})
+        atomic_json_save(path, result_record(self.script, args, global_step, self.train_seconds, summary))
         stop_outside_loop("after the evaluation", f"the result is saved in {path}")
         try:
             if summary["episodes"]:

@@ -761,7 +761,7 @@ def test_an_earlier_result_at_the_same_step_is_never_overwritten(tmp_path, capsy
     (tmp_path / "r" / "eval_results_at_320.json").write_text("first")
     write_result(tmp_path / "r", 320)
     run = U.Run(*parse(["--resume", ckpt]), SCRIPT, phases=("env",))
-    U.run.keep_earlier_result(run.dir, 320)
+    U.keep_earlier_result(run.dir, 320)
     assert (tmp_path / "r" / "eval_results_at_320.json").read_text() == "first"
     assert json.loads((tmp_path / "r" / "eval_results_at_320_2.json").read_text())["global_step"] == 320
     assert not (tmp_path / "r" / "eval_results.json").exists()
