@@ -21,6 +21,7 @@ from .flags import refuse
 from .parsing import lock_run_directory
 from .results import keep_earlier_result, print_eval, result_record
 from .signals import stop_outside_loop
+from .video import remove_stale_videos
 from .writer import event_writer
 
 
@@ -199,10 +200,12 @@ class Run:
 
     def end_training(self) -> None:
         """Count the time since the last checkpoint; from now on a signal (during the evaluation) ends the process
-        with one line: training is in the checkpoint written at its end, and --resume of it evaluates again."""
+        with one line: training is in the checkpoint written at its end, and --resume of it evaluates again. The
+        videos of an evaluation such a signal stopped are removed, with or without --capture-video now."""
         self.train_seconds += time.monotonic() - self.start_time
         stop_outside_loop("during the evaluation", f"training is saved in {self.checkpoint_path} (global_step "
                           f"{self.start_step}, its end); --resume {self.checkpoint_path} evaluates it again")
+        remove_stale_videos(self.dir)
 
     def save_model(self, obj: dict) -> None:  # model.pt; play.py evaluates it again, by its algo and flags
         atomic_torch_save(os.path.join(self.dir, "model.pt"), {**obj, "args": vars(self.args), "algo": self.script,

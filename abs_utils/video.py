@@ -32,8 +32,34 @@ def videos_of(args, run_dir: Optional[str], fps: float) -> Optional[Videos]:
     return Videos(os.path.join(run_dir, "videos"), args.run_name, args.video_episodes, fps)
 
 
+def remove_stale_videos(run_dir: str) -> None:
+    """An evaluation starts in run_dir, which holds no eval_results.json at this step: the MP4 files in its videos/
+    are of an earlier evaluation that a signal stopped (a finished evaluation's went to videos_at_<step>/ with its
+    record, keep_earlier_result), and are removed whether or not this evaluation films, so that none is taken for
+    one of its games."""
+    directory = os.path.join(run_dir, "videos")
+    if not os.path.isdir(directory):
+        return
+    stale = [name for name in os.listdir(directory) if name.endswith(".mp4")]
+    for name in stale:
+        os.remove(os.path.join(directory, name))
+    if not os.listdir(directory):
+        os.rmdir(directory)
+    if stale:
+        print(f"removed {len(stale)} video(s) from {directory}: they were of an evaluation stopped before its end",
+              flush=True)
+
+
+def return_text(episode_return: float) -> str:
+    """A return in a file name, never with an exponent: a whole number in full (1234500), any other to 6 significant
+    digits (3124.57, 0.00125), as {:g} would write it without one."""
+    if float(episode_return).is_integer():
+        return str(int(episode_return))
+    return np.format_float_positional(episode_return, precision=6, unique=False, fractional=False, trim="-")
+
+
 def video_name(name: str, episode: int, episode_return: float) -> str:
-    return f"{name}__episode{episode}__return{episode_return:g}.mp4"
+    return f"{name}__episode{episode}__return{return_text(episode_return)}.mp4"
 
 
 class Recorder:

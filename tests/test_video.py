@@ -4,6 +4,8 @@ MinAtar's frames are the package's own colours; MuJoCo without a rendering backe
 run directory exists."""
 import json
 import os
+import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -33,7 +35,7 @@ def check_videos(run_dir, script) -> None:
     with open(run_dir / "eval_results.json") as f:
         ev = json.load(f)["eval"]
     files = sorted(os.listdir(run_dir / "videos"))
-    assert files == [f"{run_dir.name}__episode{i}__return{ev['returns'][i]:g}.mp4" for i in range(2)]
+    assert files == [f"{run_dir.name}__episode{i}__return{U.video.return_text(ev['returns'][i])}.mp4" for i in range(2)]
     for i, name in enumerate(files):
         frames = U.read_video(str(run_dir / "videos" / name))
         assert frames.shape == (ev["lengths"][i] + 1, *SHAPES[script])  # the reset's frame, then one per step
@@ -115,9 +117,36 @@ def test_a_resume_keeps_the_earlier_evaluations_videos(tmp_path):
     check_videos(tmp_path / "r", "abs_pqn_minatar.py")
 
 
-def test_an_evaluation_without_video_never_imports_the_video_library():
-    import subprocess
+def test_a_resume_after_a_stopped_filmed_evaluation_keeps_none_of_its_videos(tmp_path):
+    """SIGTERM during a filmed evaluation, after its first video: a resume with --no-capture-video (and another
+    --eval-episodes) evaluates again and removes that video, which is of no game of the new evaluation."""
+    s = SCRIPTS["abs_pqn_minatar.py"]
+    proc = preloaded.Popen([sys.executable, s.path, *s.fixed, *CPU, "--torch-threads", "1", "--eval-episodes", "1000",
+                            "--eval-num-envs", "2", "--capture-video", "--output-dir", str(tmp_path), "--run-name",
+                            "r"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           env={**ENV, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    for line in proc.stdout:  # until the first game is filmed (1000 games to go: seconds)
+        lines.append(line)
+        if line.startswith("video: "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines)[-1000:] + out[-1000:] + err[-1000:]
+    assert "stopped by signal 15 during the evaluation" in out
+    stale = [n for n in os.listdir(tmp_path / "r" / "videos") if n.endswith(".mp4")]
+    assert stale and not (tmp_path / "r" / "eval_results.json").exists()
 
+    done = preloaded.run([sys.executable, s.path, "--resume", str(tmp_path / "r" / "checkpoint.pt"), "--eval-episodes",
+                          "3", "--no-capture-video"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert f"removed {len(stale)} video(s) from {tmp_path / 'r' / 'videos'}" in done.stdout
+    assert json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]["episodes"] == 3
+    assert not (tmp_path / "r" / "videos").exists() and not [n for n in os.listdir(tmp_path / "r") if "videos" in n]
+
+
+def test_an_evaluation_without_video_never_imports_the_video_library():
     code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import abs_pqn_minatar as mn; "
             "args = mn.Args(eval_episodes=2, eval_num_envs=2, eval_max_episode_steps=20); "
             "mn.evaluate(mn.QNetwork(4, 3), args, 1, torch.device('cpu'), run_dir=sys.argv[2]); "
@@ -125,3 +154,21 @@ def test_an_evaluation_without_video_never_imports_the_video_library():
     done = subprocess.run([sys.executable, "-c", code, ROOT, "/nonexistent"], capture_output=True, text=True,
                           timeout=300, env=ENV)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_return_in_a_video_name_has_no_exponent():
+    assert [U.video.return_text(r) for r in (1234500.0, -21.0, 12.5, 3124.56789, 0.00125, -0.0)] == [
+        "1234500", "-21", "12.5", "3124.57", "0.00125", "0"]
+    assert U.video.video_name("r", 3, 1234500.0) == "r__episode3__return1234500.mp4"
+
+
+def test_the_kept_videos_folder_is_named_in_the_run_directory_whatever_its_parents_are_called(tmp_path):
+    """keep_earlier_result renames videos/ beside eval_results_at_<step>.json by the file's own name: a parent folder
+    named like it (here eval_results_at_old/) is left as it is."""
+    run_dir = tmp_path / "eval_results_at_old" / "r"
+    (run_dir / "videos").mkdir(parents=True)
+    (run_dir / "videos" / "r__episode0__return1.mp4").write_bytes(b"")
+    (run_dir / "eval_results.json").write_text(json.dumps({"global_step": 32}))
+    U.keep_earlier_result(str(run_dir), 64)
+    assert sorted(os.listdir(run_dir)) == ["eval_results_at_32.json", "videos_at_32"]
+    assert os.listdir(run_dir / "videos_at_32") == ["r__episode0__return1.mp4"]
