@@ -50,4 +50,5 @@ def keep_earlier_result(run_dir: str, global_step: int) -> None:
         print(f"kept the earlier result (at global_step {step}) as {kept}")
         videos = os.path.join(run_dir, "videos")  # its --capture-video games, beside it
         if os.path.isdir(videos):
-            os.replace(videos, kept.replace("eval_results_at_", "videos_at_")[: -len(".json")])
+            name = os.path.basename(kept).replace("eval_results_at_", "videos_at_", 1)[: -len(".json")]
+            os.replace(videos, os.path.join(run_dir, name))
