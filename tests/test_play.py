@@ -70,7 +70,7 @@ def test_play_with_video_episodes_seed_and_output_dir(tmp_path):
     ev = json.loads((folder / "play_results.json").read_text())["eval"]
     assert ev == result["eval"] and ev["episodes"] == 3 and result["eval_seed"] == 7
     videos = os.listdir(folder / "videos")
-    assert videos == [f"r__episode0__return{ev['returns'][0]:g}.mp4"]
+    assert videos == [f"r__episode0__return{U.video.return_text(ev['returns'][0])}.mp4"]
     assert len(U.read_video(str(folder / "videos" / videos[0]))) == ev["lengths"][0] + 1
 
 
