@@ -1,9 +1,12 @@
 """play.py: a tiny run's saved model.pt and checkpoint.pt, played back, give the run's own evaluation (returns,
 lengths, action counts) on its seed, for every script; the results (and videos) go to a new folder beside the file and
 the run's own files stay as they were; a file of another game, script or network is one line, exit 2, nothing made."""
+import hashlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -53,6 +56,9 @@ def test_a_saved_model_and_checkpoint_play_back_the_runs_own_evaluation(script, 
         result = play.main([str(run_dir / saved), "--no-cuda", "--torch-threads", "1"])
         assert result["eval"] == own and result["eval_seed"] == 1 + 10_000, saved
         assert result["algo"] == SCRIPTS[script].name and result["run_name"] == "r"
+        # the played file by name and SHA-256: no path of this machine in the record
+        assert result["played"] == saved and result["played_sha256"] == hashlib.sha256(before[saved]).hexdigest()
+        assert "path" not in result["play_args"] and "output_dir" not in result["play_args"]
     plays = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
     assert len(plays) == 2 and all(p.startswith("play-") for p in plays)
     for p in plays:
@@ -72,6 +78,65 @@ def test_play_with_video_episodes_seed_and_output_dir(tmp_path):
     videos = os.listdir(folder / "videos")
     assert videos == [f"r__episode0__return{U.video.return_text(ev['returns'][0])}.mp4"]
     assert len(U.read_video(str(folder / "videos" / videos[0]))) == ev["lengths"][0] + 1
+
+
+def test_a_checkpoint_plays_the_evaluation_flags_of_the_runs_own_evaluation(tmp_path, capsys):
+    """A signal stops the evaluation; the resume that evaluates again takes another --eval-episodes and
+    --eval-num-envs, which checkpoint.pt (written before the evaluation) does not hold: play.py takes them from the
+    run's eval_results.json at the same step, says so, and plays the run's own evaluation again."""
+    s = SCRIPTS["abs_pqn_minatar.py"]
+    proc = preloaded.Popen([sys.executable, s.path, *s.fixed, *CPU, "--torch-threads", "1", "--eval-episodes", "1000",
+                            "--output-dir", str(tmp_path), "--run-name", "r"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**ENV, "PYTHONUNBUFFERED": "1"})
+    for line in proc.stdout:  # until the evaluation (1000 games) has begun
+        if line.startswith("evaluating"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    ckpt = tmp_path / "r" / "checkpoint.pt"
+    done = preloaded.run([sys.executable, s.path, "--resume", str(ckpt), "--eval-episodes", "3", "--eval-num-envs",
+                          "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert torch.load(ckpt, weights_only=True)["args"]["eval_episodes"] == 1000
+    own = json.loads((tmp_path / "r" / "eval_results.json").read_text())["eval"]
+    capsys.readouterr()
+    result = play.main([str(ckpt), "--no-cuda", "--torch-threads", "1"])
+    assert result["eval"] == own and own["episodes"] == 3 and result["eval_flags_from"] == "eval_results.json"
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("evaluation flags"))
+    assert "--eval-episodes 3 (the file's: 1000)" in line and "--eval-num-envs 2 (the file's: 1)" in line
+
+
+def test_ctrl_c_while_playing_is_one_line_naming_the_unfinished_play(tmp_path):
+    """A real SIGINT to `python play.py` during its games: one line of play.py's own (not the training scripts'
+    'before training started'), exit 130, naming the play folder it leaves unfinished."""
+    run_dir = train("abs_pqn_minatar.py", tmp_path)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "play.py"), str(run_dir / "model.pt"), "--no-cuda",
+                             "--torch-threads", "1", "--episodes", "1000000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**ENV, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("playing "):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    (folder,) = [p for p in os.listdir(run_dir) if p.startswith("play-")]
+    assert proc.returncode == 130 and "Traceback" not in err, "".join(lines) + out + err
+    assert out.strip().splitlines()[-1] == (
+        f"stopped by signal 2 while playing: the run's files are unchanged (play.py only reads them); "
+        f"{run_dir / folder} holds an unfinished play (no play_results.json): remove it and play again")
+    assert os.listdir(run_dir / folder) == []
+
+
+def test_help_names_the_path_the_choices_and_each_default_once(capsys):
+    with pytest.raises(SystemExit) as e:
+        play.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "[-h] [OPTIONS] PATH" in out and "Play a saved agent again" in out
+    assert "(default: None)" not in out and "(default: the run's --eval-episodes)" in out
+    choices = re.search(r"--algo \{([^}]*)\}", re.sub(r"\s*│\s*", "", out)).group(1)
+    assert sorted(c.strip() for c in choices.split(",")) == sorted(SCRIPTS[s].name for s in SCRIPTS)
 
 
 def test_a_file_of_another_game_script_or_network_is_one_line(tmp_path, capsys):
