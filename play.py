@@ -58,7 +58,7 @@ class PlayArgs:
     """a run's model.pt (--save-model) or checkpoint.pt"""
     episodes: Annotated[Optional[int], default("the run's --eval-episodes", "INT")] = None
     """evaluation games"""
-    seed: Annotated[Optional[int], default("the run's evaluation seed, its --seed + 10000", "INT")] = None
+    seed: Annotated[Optional[int], default("the run's evaluation seed, --seed + 10000", "INT")] = None
     """the evaluation environments' seed"""
     capture_video: bool = False
     """record the first games as MP4 files in play-<time>/videos/ (docs/video.md)"""

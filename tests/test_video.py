@@ -4,9 +4,12 @@ MinAtar's frames are the package's own colours; MuJoCo without a rendering backe
 run directory exists."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import typing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from scripts import CPU, ROOT, SCRIPTS  # the scripts and their tiny runs (tests
 
 sys.path.insert(0, ROOT)
 import abs_utils as U  # noqa: E402
+from test_docs import args_defaults, section, table_rows  # noqa: E402 (the docs' table readers)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 # 3 games on 2 envs, both recorded (the default --video-episodes is 2): the first two counted games are filmed
@@ -85,6 +89,10 @@ def test_mujoco_without_a_rendering_backend_is_one_line_before_the_run(tmp_path)
     assert lines[0].startswith("error: --capture-video needs MuJoCo's offscreen rendering")
     assert "MUJOCO_GL=egl" in lines[0] and "MUJOCO_GL=osmesa" in lines[0]
     assert os.listdir(tmp_path) == []
+    # docs/video.md quotes the line as it reads with MUJOCO_GL unset, its cause cut short by ", ..."
+    (quoted,) = [line.strip() for line in PAGE.read_text().splitlines() if "error: --capture-video needs" in line]
+    start, end = quoted.replace("MUJOCO_GL=(unset)", "MUJOCO_GL=glfw").split(", ...")
+    assert lines[0].startswith(start) and lines[0].endswith(end), (quoted, lines[0])
 
 
 def test_mujoco_capture_video_with_egl(tmp_path):
@@ -172,3 +180,76 @@ def test_the_kept_videos_folder_is_named_in_the_run_directory_whatever_its_paren
     U.keep_earlier_result(str(run_dir), 64)
     assert sorted(os.listdir(run_dir)) == ["eval_results_at_32.json", "videos_at_32"]
     assert os.listdir(run_dir / "videos_at_32") == ["r__episode0__return1.mp4"]
+
+
+# ---------------------------------------------------------------- docs/video.md restates the code: kept equal to it
+PAGE = Path(ROOT) / "docs" / "video.md"
+
+
+def play_default(field) -> str:
+    """play.py's default of a flag as docs/video.md writes it: on/off, a number, or what None stands for (the text
+    --help shows, tyro.conf.arg's help_behavior_hint)."""
+    import play
+
+    if field.default is None:
+        (hint,) = [m.help_behavior_hint for m in typing.get_type_hints(play.PlayArgs, include_extras=True)[
+            field.name].__metadata__ if hasattr(m, "help_behavior_hint")]
+        return hint[len("(default: "):-1]
+    if isinstance(field.default, bool):
+        return "on" if field.default else "off"
+    return str(field.default)
+
+
+def doc_defaults(heading) -> dict:
+    """--flag -> its default as the page's `| flag | default | what |` table in that section writes it."""
+    found = {}
+    for flags, values, _ in table_rows(section("video.md", heading), "flag"):
+        names = re.findall(r"`(--[a-z-]+)`", flags)
+        quoted = [values] if len(names) == 1 else [v.strip() for v in values.split(",")]
+        assert len(names) == len(quoted), f"{flags} | {values}"
+        found.update({name: value.replace("`", "") for name, value in zip(names, quoted)})
+    return found
+
+
+def test_the_pages_flag_tables_are_the_scripts_and_play_pys_defaults():
+    import dataclasses
+
+    import play
+
+    table = doc_defaults("## `--capture-video`")
+    for script in SCRIPTS:  # every script's Args, the same defaults
+        defaults = args_defaults(script)
+        assert {"--capture-video": "on" if defaults["capture_video"] else "off",
+                "--video-episodes": str(defaults["video_episodes"])} == table, script
+    rows = {flags: what for flags, _, what in table_rows(section("video.md", "## `--capture-video`"), "flag")}
+    assert "`--eval-episodes`" in rows["`--capture-video`"] and "--eval-episodes" not in rows["`--video-episodes`"]
+    problems = list(U.common_problems(SCRIPTS["abs_pqn_minatar.py"].module().Args(capture_video=True,
+                                                                                    eval_episodes=0)))
+    assert any(not ok and message.startswith("--capture-video") and "--eval-episodes" in message
+               for ok, message in problems)
+    fields = {"--" + f.name.replace("_", "-"): play_default(f) for f in dataclasses.fields(play.PlayArgs)
+              if f.name != "path"}
+    assert doc_defaults("## `play.py`") == fields
+
+
+def test_the_pages_frame_sizes_and_rates_are_the_scripts():
+    """Size: what tests/test_video.py's videos have (SHAPES); rate: each script's fps (MuJoCo: the task's)."""
+    rows = table_rows(section("video.md", "## `--capture-video`"), "scripts")
+    assert len(rows) == 3
+    for scripts, _, size in rows:
+        files = re.findall(r"`([a-z_]+\.py)`", scripts)
+        (shape,) = {SHAPES[f] for f in files if f in SHAPES}
+        assert re.match(r"(\d+) x (\d+)", size).groups() == (str(shape[0]), str(shape[1])), size
+        for f in files:
+            source = (Path(ROOT) / f).read_text()
+            fps = re.findall(r"videos_of\(args, run[_.]dir, fps=(\d+)\)", source)
+            if "render_fps" in size:
+                assert fps == ["0"] and 'fps=env.metadata["render_fps"]' in source, f
+            else:
+                assert fps == [re.search(r"(\d+) per second", size).group(1)], f
+
+
+def test_the_pages_video_library_is_the_pinned_one():
+    pin = re.search(r"^imageio-ffmpeg==([\d.]+)", (Path(ROOT) / "requirements.txt").read_text(), re.M).group(1)
+    quoted = re.search(r"\[imageio-ffmpeg\]\([^)]*\) ([\d.]+) \(`requirements.txt`\)", PAGE.read_text()).group(1)
+    assert quoted == pin
