@@ -48,6 +48,10 @@ def check_videos(run_dir, script) -> None:
 
 @pytest.mark.parametrize("script", ["abs_pqn_atari.py", "abs_pqn_minatar.py"])
 def test_capture_video_films_the_first_games_and_changes_no_number(script, tmp_path):
+    """Run here for abs_pqn_atari.py and abs_pqn_minatar.py (abs_ppo_mujoco.py: below, where EGL renders).
+    gns_pqn_atari.py, abs_ppo_atari.py and abs_btr.py are not run: they film through the same
+    abs_utils.play_atari_games, called by an evaluate() that tests/test_copies.py pins to abs_pqn_atari.py's (the
+    same, or with its listed differences)."""
     plain, filmed = run(script, EVAL, tmp_path, "plain"), run(script, [*EVAL, "--capture-video"], tmp_path, "filmed")
     assert plain.returncode == 0 and filmed.returncode == 0, plain.stderr + filmed.stderr
     results = [json.loads((tmp_path / name / "eval_results.json").read_text())["eval"] for name in ("plain", "filmed")]
