@@ -254,6 +254,7 @@ def main(argv=None) -> dict:
               "eval": summary, "args": vars(args),
               "play_args": {k: v for k, v in vars(p).items() if k not in ("path", "output_dir")}}
     atomic_json_save(os.path.join(directory, "play_results.json"), result)
+    U.stop_outside_loop("after playing", f"the result is saved in {directory}")
     return result
 
 
