@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Fill the tables of docs/results-atari10-early.md from the report of its runs, and list the numbers its text quotes.
 
-    python reproduce/early_page.py            # rewrite the page's four tables from results/atari10-early/report.md
-    python reproduce/early_page.py --check    # exit 1, naming the tables that differ, if they are not the report's
-    python reproduce/early_page.py --facts    # print the numbers the page's text quotes, each with where it comes from
+    python -m reproduce.early_page            # rewrite the page's four tables from results/atari10-early/report.md
+    python -m reproduce.early_page --check    # exit 1, naming the tables that differ, if they are not the report's
+    python -m reproduce.early_page --facts    # print the numbers the page's text quotes, each with where it comes from
 
 Each table of the page sits below a line `<!-- table NAME: reproduce/early_page.py -->`, and the script replaces
 that table (the run of lines starting with "|" after the marker) and nothing else. Every cell is a cell of the
@@ -23,9 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
-from cli import Parser  # noqa: E402
-from events import load_scalars  # noqa: E402  (the report's reader of TensorBoard events)
+from .cli import Parser
+from .events import load_scalars  # (the report's reader of TensorBoard events)
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("ABS", "Vanilla")
@@ -226,7 +224,7 @@ def main(argv=None) -> int:
     filled, changed = fill(page, md)
     if a.check:
         if changed:
-            print(f"{a.page}: the tables {', '.join(changed)} are not {report}'s; run: python reproduce/early_page.py")
+            print(f"{a.page}: the tables {', '.join(changed)} are not {report}'s; run: python -m reproduce.early_page")
         return 1 if changed else 0
     if changed:
         a.page.write_text(filled)

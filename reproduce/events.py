@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing import io_wrapper
 from tensorboard.compat.proto import event_pb2
 
-from runs import RETURN_TAG, SIZE_TAGS, Run
+from .runs import RETURN_TAG, SIZE_TAGS, Run
 
 START = event_pb2.SessionLog.START
 

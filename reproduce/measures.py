@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (EARLY, Compared, Difference, aggregate, bonferroni, bootstrap_ci, burn_in_share, curve_area,
+from .runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
+from .stats import (EARLY, Compared, Difference, aggregate, bonferroni, bootstrap_ci, burn_in_share, curve_area,
                    early_mean, finite, first_move, hedges_g, holm, human_normalized_score, improvement_rate,
                    late_variance, rank_correlation, robust_improvement, tenth_means)
 

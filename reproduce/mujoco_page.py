@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """List the numbers docs/results-mujoco-5m.md's text quotes, each with where it comes from, and check the page.
 
-    python reproduce/mujoco_page.py           # print them: "[page section] what: the words the page says"
-    python reproduce/mujoco_page.py --check   # exit 1, listing what the page does not say, if any
+    python -m reproduce.mujoco_page           # print them: "[page section] what: the words the page says"
+    python -m reproduce.mujoco_page --check   # exit 1, listing what the page does not say, if any
 
 The page's per-task tables are the report's cells (tests/test_results.py compares them); its text quotes numbers
 that the report does not print in that form: per task with all 20 runs in, the seeds' standard deviation, the
@@ -22,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
-from cli import Parser  # noqa: E402
-from events import load_scalars  # noqa: E402  (the report's reader of TensorBoard events)
-from stats import hedges_g, permutation_p, welch_interval  # noqa: E402
+from .cli import Parser
+from .events import load_scalars  # (the report's reader of TensorBoard events)
+from .stats import hedges_g, permutation_p, welch_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 ABS, PPO = "PPO+ABS", "PPO"

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """The paper's tables and figures from directories of finished runs (docs/reproducing.md: "The paper's tables").
 
-    python reproduce/report.py --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
+    python -m reproduce.report --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
 
 Every `eval_results.json` below a labelled directory (any depth) is one finished run; the TensorBoard
 events beside it give the training curves. Runs are grouped by label, game (env id without `-v5`) and
@@ -33,26 +32,25 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside it, however it is started
-import runs  # noqa: E402
-from batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis  # noqa: E402
-from batch_claims_section import batch_claims_section  # noqa: E402
-from cli import Parser  # noqa: E402
-from events import load_events  # noqa: E402
-from figure_data import FigureData, figure_data  # noqa: E402
-from figures import figures_section  # noqa: E402
-from measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,  # noqa: E402
+from . import runs
+from .batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis
+from .batch_claims_section import batch_claims_section
+from .cli import Parser
+from .events import load_events
+from .figure_data import FigureData, figure_data
+from .figures import figures_section
+from .measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,
                       burn_in, burn_summary, by_label, capped_evaluations, divergence_trends, early_late,
                       final_training_return, hns_values, improvement_rates, is_preregistered, machine_time,
                       near_constant_evaluations, normalized, not_reached, per_seed, preregistered, trend_counts)
-from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
+from .runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,
                   load_atari_scores, load_minatar_random, out_problem, reference_pairs)
-from preregistered_section import preregistered_section  # noqa: E402
-from sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
+from .preregistered_section import preregistered_section
+from .sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
-from stats import Compared, compare  # noqa: E402
-from tables import Frame  # noqa: E402
+from .stats import Compared, compare
+from .tables import Frame
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,

@@ -5,15 +5,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import early_page  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import early_page  # noqa: E402
 
 REPORT = ROOT / "results" / "atari10-early" / "report.md"
 PAGE = ROOT / "docs" / "results-atari10-early.md"
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, "reproduce/early_page.py", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "reproduce.early_page", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -13,8 +13,8 @@ import pytest
 import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import mujoco_page  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import mujoco_page  # noqa: E402
 
 RESULTS = ROOT / "results" / "mujoco-5m"
 PAGE = ROOT / "docs" / "results-mujoco-5m.md"
@@ -27,7 +27,7 @@ def listed():
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, "reproduce/mujoco_page.py", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "reproduce.mujoco_page", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import report  # noqa: E402
-import runs  # noqa: E402
-import stats  # noqa: E402
-import tables  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
+from reproduce import stats  # noqa: E402
+from reproduce import tables  # noqa: E402
 from report_helpers import hns, report_cli, row, row_of, section, write_run  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 
 FIGURES = ("learning_curves", "adapt", "improvement_rate", "aggregates")
@@ -41,9 +42,9 @@ def fixture_runs(tmp_path_factory):
 
 def test_report_end_to_end(fixture_runs, tmp_path):
     out = tmp_path / "report"
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs",
-                          f"ABS={fixture_runs / 'abs'}", f"Small={fixture_runs / 'sweep'}",
-                          "--out", str(out), "--reps", "200"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", f"ABS={fixture_runs / 'abs'}", f"Small={fixture_runs / 'sweep'}",
+                          "--out", str(out), "--reps", "200"], capture_output=True, text=True, timeout=120,
+                         env=tool_env())
     assert res.returncode == 0, res.stderr
     md = (out / "report.md").read_text()
 
@@ -217,8 +218,8 @@ def test_compare_pairs_and_mixed_lengths(tmp_path):
 
     write_run(tmp_path / "ABS" / "Amidar-short", "Amidar-v5", 2, 50.0, total=500)
     assert report.main(["--runs", *dirs, "--out", str(tmp_path / "o2"), "--reps", "20"]) == 2
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", *dirs, "--out",
-                          str(tmp_path / "o3"), "--reps", "20"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", *dirs, "--out", str(tmp_path / "o3"), "--reps", "20"],
+                         capture_output=True, text=True, timeout=120, env=tool_env())
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "label ABS has runs of different lengths (total_timesteps 500, 1,000)" in res.stderr
     assert "--allow-mixed-timesteps" in res.stderr and not (tmp_path / "o3").exists()
@@ -243,8 +244,8 @@ def test_bad_input(tmp_path):
 def test_a_runs_item_without_a_directory_is_one_line_and_exit_2(tmp_path, item, message):
     (tmp_path / "file").write_text("x")
     (tmp_path / "sub").mkdir()
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", item, "--out", "o"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", item, "--out", "o"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=tool_env())
     assert res.returncode == 2 and res.stdout == "" and len(res.stderr.splitlines()) == 1, res.stderr
     assert res.stderr.startswith(f"report.py: error: {message} (report.py --help"), res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "sub"]
