@@ -466,7 +466,7 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     assert sweep_cli("run", "tiny", *third, "--seeds", "3", "--labels", "B").returncode == 0
     out = sweep_cli("publish", "tiny", *third, "--seeds", "3", "--labels", "B", "--out", "pub", timeout=300)
     assert out.returncode == 0 and "--labels" not in out.stdout, out.stdout + out.stderr
-    assert re.search(r"report\.py --runs A=\S+ B=\S+ .*--seeds 1 2 3", out.stdout), out.stdout
+    assert re.search(r"-m reproduce\.report --runs A=\S+ B=\S+ .*--seeds 1 2 3", out.stdout), out.stdout
     data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
     assert "| A |" in data and "| B |" in data and "Pong: 2 |" in data and "Pong: 3 |" in data, data
     bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
