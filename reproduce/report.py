@@ -16,7 +16,8 @@ and ends and its rank correlation with the step (the paper's Figure 1 claim); th
 the MuJoCo grid at 5M steps, the analysis fixed before its seeds 4-10 ran (measures.MUJOCO_5M: Holm-adjusted exact
 permutation tests per task, effect sizes, the decision; docs/results-mujoco-5m.md), with two figures for it. --games
 and --seeds choose the runs.
-Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
+Writes `report.md`, its numbers as data (`report.json`, report_data.py) and PNG figures, each with a CSV of the plotted
+data, into `--out`.
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,
 events.py reads their event files record by record and checks them for damage, measures.py takes each run's
@@ -46,6 +47,8 @@ from .measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, agg
 from .runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,
                   load_atari_scores, load_minatar_random, out_problem, reference_pairs)
 from .preregistered_section import preregistered_section
+from .quoted import quoted
+from .report_data import report_data, write_data
 from .sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
@@ -80,6 +83,7 @@ class Measured:
     figures: FigureData
     preregistered: Preregistered | None  # the analysis fixed before the runs (measures.MUJOCO_5M), for its runs
     batch_claims: BatchAnalysis | None  # the MinAtar study's (batch_claims.MINATAR_BATCHES), for its runs
+    quoted: dict  # what the results pages quote beyond the report's tables (quoted.py), in report.json only
 
 
 def measure(f: Frame, table: dict, args) -> Measured:
@@ -105,6 +109,7 @@ def measure(f: Frame, table: dict, args) -> Measured:
     plan = MUJOCO_5M if is_preregistered(MUJOCO_5M, args.benchmark, data, games, f.pairs) else None
     analysis = preregistered(plan, evaluation, dict(zip(SECONDARY, (final, el.area, el.early, el.late))), games,
                              args.last_games) if plan else None
+    figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan else None)
     return Measured(
         capped=capped_evaluations(data, games, table), constant=near_constant_evaluations(data, games), agg=agg,
         agg_notes=agg_notes, evaluation=evaluation,
@@ -112,10 +117,10 @@ def measure(f: Frame, table: dict, args) -> Measured:
                      test=False),
         final=final, early_late=el, trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates,
         times=machine_time(data, games),
-        figures=figure_data(data, games, rates, args.bins, burn, evaluation if plan else None),
-        preregistered=analysis,
+        figures=figures, preregistered=analysis,
         batch_claims=batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed)
-        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None)
+        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None,
+        quoted=quoted(data, games, evaluation, el, trends, plan, figures))
 
 
 def write_report(data, games, notes, args, table) -> Path:
@@ -155,6 +160,7 @@ def write_report(data, games, notes, args, table) -> Path:
     md += machine_time_section(m.times)
     md += figures_section(m.figures, m.agg, out)
     (out / "report.md").write_text("\n".join(md))
+    write_data(out / "report.json", report_data(f, m))
     return out / "report.md"
 
 

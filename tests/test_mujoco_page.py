@@ -1,6 +1,6 @@
-"""reproduce/mujoco_page.py: the numbers it lists for docs/results-mujoco-5m.md, computed here again from the runs and
-adapt_by_game.csv, and its --check, which names what a page does not say (tests/test_results.py checks the committed
-page with it against the regenerated report)."""
+"""reproduce/mujoco_page.py: the numbers it lists for docs/results-mujoco-5m.md from the report's data (report.json),
+computed here again from the runs and adapt_by_game.csv, and its --check, which names what a page does not say
+(tests/test_results.py checks the committed page with it against the regenerated report)."""
 import csv
 import itertools
 import json
@@ -15,6 +15,7 @@ import scipy.stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the reproduce package
 from reproduce import mujoco_page  # noqa: E402
+from reproduce.report_data import read_data  # noqa: E402
 
 RESULTS = ROOT / "results" / "mujoco-5m"
 PAGE = ROOT / "docs" / "results-mujoco-5m.md"
@@ -22,8 +23,8 @@ PAGE = ROOT / "docs" / "results-mujoco-5m.md"
 
 @pytest.fixture(scope="module")
 def listed():
-    """Every fact, read once: the schedule reads every PPO+ABS run's events."""
-    return mujoco_page.facts((RESULTS / "report.md").read_text(), RESULTS)
+    """Every fact, from the report's data (report.json)."""
+    return mujoco_page.facts(read_data(RESULTS / "report.json"))
 
 
 def tool(*args):

@@ -88,6 +88,16 @@ def regenerated(tmp_path_factory):
 
 
 @pytest.mark.parametrize("grid", GRIDS)
+def test_report_data_is_regenerated_from_the_committed_runs(regenerated, grid):
+    """report.json, the report's numbers as data that the results pages quote, is what the report makes of the
+    committed runs."""
+    committed = json.loads((ROOT / "results" / grid / "report.json").read_text())
+    assert committed == json.loads((regenerated(grid) / "report.json").read_text()), (
+        f"results/{grid}/report.json differs from what reproduce/report.py makes of the committed runs; regenerate it "
+        f"with: python " + " ".join(report_command(grid)) + f" results/{grid}")
+
+
+@pytest.mark.parametrize("grid", GRIDS)
 def test_report_is_regenerated_from_the_committed_runs(regenerated, grid):
     committed = (ROOT / "results" / grid / "report.md").read_text().splitlines()
     fresh = (regenerated(grid) / "report.md").read_text().splitlines()
@@ -183,13 +193,13 @@ def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(r
 
 def test_mujoco_5m_page_says_every_number_mujoco_page_lists(regenerated):
     """The 5M page's text says, each in its section, every number reproduce/mujoco_page.py lists from the
-    regenerated report, adapt_by_game.csv, the runs' events and their eval_results.json (the seeds' spread, seeds
-    1-3 and 4-10 alone, HalfCheetah's fast-gait runs, the schedule table, the divergence counts, the machine time)."""
+    regenerated report's data (the seeds' spread, seeds 1-3 and 4-10 alone, HalfCheetah's fast-gait runs, the
+    schedule table, the divergence counts, the machine time)."""
     from reproduce import mujoco_page
-    md = (regenerated("mujoco-5m") / "report.md").read_text()
+    data = json.loads((regenerated("mujoco-5m") / "report.json").read_text())
     page = (ROOT / "docs" / "results-mujoco-5m.md").read_text()
-    listed = mujoco_page.facts(md, ROOT / "results" / "mujoco-5m")
-    complete = mujoco_page.complete_tasks(md)
+    listed = mujoco_page.facts(data)
+    complete = mujoco_page.complete_tasks(data)
     assert complete == list(mujoco_page.TASKS)
     per_task = {t: sum(where == mujoco_page.task_heading(t) for where, _, _ in listed) for t in complete}
     assert per_task == {t: 11 if t == "HalfCheetah" else 10 for t in complete}  # HalfCheetah: its fast-gait runs too
@@ -320,23 +330,21 @@ def test_ppo_atari_page_states_the_l_range_and_kl_of_the_committed_runs():
     assert smallest == {"0.0002"} and "the smallest single measurement seen (0.0002 on both games)" in page
 
 
-ATARI10 = ROOT / "results" / "atari10-early"
-
-
 def test_atari10_early_page_states_the_reports_numbers(regenerated):
     """docs/results-atari10-early.md's tables are what reproduce/early_page.py fills from the regenerated report, its
     text says every number early_page.py --facts lists, and its verdict and the README headline restate them."""
     from reproduce import early_page
     md = (regenerated("atari10-early") / "report.md").read_text()
+    data = json.loads((regenerated("atari10-early") / "report.json").read_text())
     text = (ROOT / "docs" / "results-atari10-early.md").read_text()
     page = " ".join(text.split())
     verdict = " ".join(text.split("## Verdict")[1].split("\n## ")[0].split())
     readme = " ".join((ROOT / "README.md").read_text().split())  # its headline restates a few of them
     games = [g.split("-v")[0] for g in GRIDS["atari10-early"].games]
-    assert early_page.games(md) == games
-    changed = early_page.fill(text, md)[1]
+    assert early_page.games(data) == games
+    changed = early_page.fill(text, data)[1]
     assert not changed, f"run: python -m reproduce.early_page (the tables {changed} are not the report's)"
-    listed = early_page.facts(md, ATARI10)
+    listed = early_page.facts(data)
     for what, said in listed:
         if what != "starts at its highest":  # one or more runs: the verdict says it, checked below
             assert " ".join(said.split()) in page, (what, said)
@@ -363,9 +371,9 @@ def test_atari10_early_page_states_the_reports_numbers(regenerated):
         assert f"{lower} runs of {lb}" in verdict and "lower in the last tenth than in the first in" in verdict, trend
         rho = re.search(r"median ρ ([-+]\d\.\d\d)", trend).group(1)
         assert f"{rho} for {lb}" in verdict, trend
-    starts_highest = early_page.starts_highest(ATARI10, games)
+    starts_highest = early_page.starts_highest(data)
     assert starts_highest and all(said in verdict for said in starts_highest), starts_highest
-    trained = float(early_page.cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
+    trained = float(report_cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
     assert f"last 100 training games (epsilon-greedy) averaged {trained:,.0f}" in page
     highest = float(re.search(r"is (\d+)$", facts[early_page.HIGHEST_L]).group(1))
     assert highest < 32 and f"L never reached Vanilla's 32: {facts[early_page.HIGHEST_L]}" in page
