@@ -477,7 +477,7 @@ def test_a_sweep_killed_with_its_scripts_then_the_same_command_resumes_each_run_
             assert result["resumed_from"] == str(exp_dir / "A" / f"Pong-v5__{seed}" / "checkpoint.pt")
         else:
             assert attempts(log) == ["start", "source", "script", "exit 0"] and result["resumed_from"] is None
-    again = sweep_cli(*cmd[2:])
+    again = sweep_cli(*cmd[len(SWEEP):])
     assert again.returncode == 0 and "3 already done, 0 to run" in again.stdout, again.stdout
 
 
@@ -491,7 +491,7 @@ def test_a_sweep_killed_alone_leaves_its_scripts_running_and_the_same_command_le
         cmd, logs, scripts = start_and_kill(opts, exp_dir, hold, tmp_path / "killed.out", scripts_too=False)
         before = [log.read_text() for log in logs[:2]]
         assert row(sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3").stdout, "A") == [0, 2, 0, 0, 1, 0, 0]
-        dry = sweep_cli(*cmd[2:], "--dry-run")
+        dry = sweep_cli(*cmd[len(SWEEP):], "--dry-run")
         assert "# skipping 2 run(s) running elsewhere (a process holds their lock): A/Pong-v5__1, A/Pong-v5__2" \
             in dry.stdout and "; 2 running elsewhere" in dry.stdout, dry.stdout
         assert [line for line in dry.stdout.splitlines() if line.startswith("python")][0].count("--seed 3 ") == 1
@@ -515,7 +515,7 @@ def test_a_sweep_killed_alone_leaves_its_scripts_running_and_the_same_command_le
         result = json.loads((exp_dir / "A" / f"Pong-v5__{seed}" / "eval_results.json").read_text())
         assert result["resumed_from"] is None
     assert attempts(logs[2]) == ["start", "source", "script", "exit 0"]
-    again = sweep_cli(*cmd[2:])
+    again = sweep_cli(*cmd[len(SWEEP):])
     assert again.returncode == 0 and "3 already done, 0 to run" in again.stdout, again.stdout
     assert row(sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3").stdout, "A") == [3, 0, 0, 0, 0, 0, 0]
 
