@@ -72,7 +72,7 @@ def imported(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = ".".join([*package[:len(package) - node.level + 1], *[node.module or ""]]).strip(".") \
                 if node.level else node.module
-            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+            names |= ({base} if node.module else set()) | {f"{base}.{alias.name}" for alias in node.names}
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
               and node.args and isinstance(node.args[0], ast.Constant)):
             names.add(node.args[0].value)
@@ -80,16 +80,18 @@ def imported(path: Path) -> set[str]:
 
 
 def local_files(name: str, importer: Path) -> list[Path] | None:
-    """The repository's files that importing the dotted `name` runs: a module beside the importer or in the
-    repository's root, or a package of the root with its modules on the way (its __init__.py, which imports what it
-    imports in turn); [] for a name inside a package that is no module of it (a function of `from reproduce.runs
-    import x`); None when the name is not the repository's."""
+    """The repository's files that importing the dotted `name` may run: a module beside the importer or in the
+    repository's root; a package of the root named alone, every file of it (abs_utils loads each of its files on
+    first use of one of its names); a module of a package (`from reproduce.cli import Parser`), the package's
+    __init__.py and that module; None when the name is not the repository's."""
     top, *rest = name.split(".")
     found = [d / f"{top}.py" for d in (importer.parent, ROOT) if (d / f"{top}.py").is_file()]
     if found:  # (`from scripts import SCRIPTS`: scripts.SCRIPTS is a name of that module)
         return found[:1]
     if not (ROOT / top / "__init__.py").is_file():
         return None
+    if not rest:
+        return sorted((ROOT / top).glob("*.py"))
     files, folder = [ROOT / top / "__init__.py"], ROOT / top
     for part in rest:
         if (folder / part / "__init__.py").is_file():
