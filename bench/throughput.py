@@ -44,9 +44,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))  # the tools' output-directory check and parser
-from cli import Parser  # noqa: E402
-from runs import out_problem  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package: the tools' output-directory check and parser
+from reproduce.cli import Parser  # noqa: E402
+from reproduce.runs import out_problem  # noqa: E402
 
 GROUPS = ("pqn", "ppo", "ppo-atari", "btr", "pqn-speed", "btr-speed", "pqn-gpu", "btr-gpu", "ppo-threads")
 MAX_ROUNDS = 100  # --rounds: every round runs every variant once (minutes each); more is a typo, not a benchmark

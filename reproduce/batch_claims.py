@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from runs import MINATAR
-from stats import Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, probability_of_improvement
+from .runs import MINATAR
+from .stats import Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, probability_of_improvement
 
 BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
 

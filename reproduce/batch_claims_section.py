@@ -6,8 +6,8 @@ from math import comb
 
 import numpy as np
 
-from batch_claims import BEATS, INCOMPLETE, NONE, WORSE, BatchAnalysis
-from tables import fmt, fmt_p, md_table, welch_text
+from .batch_claims import BEATS, INCOMPLETE, NONE, WORSE, BatchAnalysis
+from .tables import fmt, fmt_p, md_table, welch_text
 
 
 def interval(x: tuple) -> str:

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """KL against delta_ESS as the PPO + ABS divergence: traces, rollout lengths and returns (docs/study-mujoco-ess.md).
 
-    python reproduce/divergence_study.py --runs KL=results/mujoco-1m/runs/mujoco/PPO+ABS \\
+    python -m reproduce.divergence_study --runs KL=results/mujoco-1m/runs/mujoco/PPO+ABS \\
         ESS=results/mujoco-ess-1m/runs/mujoco-ess/PPO+ABS-ESS --games HalfCheetah-v4 Hopper-v4 --out study/
 
 Every `eval_results.json` below a labelled directory is one finished run of `abs_ppo_mujoco.py`, as in report.py.
@@ -23,15 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report's stages, beside it
-from cli import Parser  # noqa: E402
-from events import load_run_events  # noqa: E402
-from figure_data import curve_band  # noqa: E402
-from figures import band_rows, grid, legend_or_note, plot_band, save  # noqa: E402  (it sets matplotlib's Agg backend)
-import matplotlib.pyplot as plt  # noqa: E402
-from measures import final_training_return  # noqa: E402
-from runs import RETURN_TAG, add_run, find_runs, out_problem  # noqa: E402
-from tables import fmt, md_table  # noqa: E402
+from .cli import Parser
+from .events import load_run_events
+from .figure_data import curve_band
+from .figures import band_rows, grid, legend_or_note, plot_band, save, subplots
+from .measures import final_training_return
+from .runs import RETURN_TAG, add_run, find_runs, out_problem
+from .tables import fmt, md_table
 
 KL, ESS, ITERATION = "adapt/kl", "adapt/divergence_ess", "losses/policy_loss"
 
@@ -146,7 +143,7 @@ def panels(games, title):
 def divergence_figure(data, games, out: Path) -> str:
     """Top: the KL (solid) and delta_ESS (dashed) over training, for each label's lowest seed that logs both, with
     the lower bounds --kl-low and --ess-low (grey); bottom: delta_ESS against the KL, every measurement."""
-    fig, axes = plt.subplots(2, len(games), figsize=(4.5 * len(games), 7.2), squeeze=False)
+    fig, axes = subplots(2, len(games), figsize=(4.5 * len(games), 7.2), squeeze=False)
     fig.suptitle("The KL and delta_ESS of the same policy updates (one measurement every K-th iteration)")
     top, bottom = dict(zip(games, axes[0])), dict(zip(games, axes[1]))
     rows, traced = [], set()

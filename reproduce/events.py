@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing import io_wrapper
 from tensorboard.compat.proto import event_pb2
 
-from runs import RETURN_TAG, SIZE_TAGS, Run
+from .runs import RETURN_TAG, SIZE_TAGS, Run
 
 START = event_pb2.SessionLog.START
 
@@ -237,8 +237,9 @@ def load_scalars(run_dir: Path, tags) -> dict:
 
 
 def report_tags(run: Run) -> tuple[str, ...]:
-    """The tags the report reads: the training games, the divergence the run's schedule used and the batch size."""
-    return (RETURN_TAG, *run.divergence_tags, *SIZE_TAGS)
+    """The tags the report reads: the training games, the divergence the run's schedule used and its window mean
+    (the schedule's delta_bar), and the batch size."""
+    return (RETURN_TAG, *run.divergence_tags, *(f"{t}_mean" for t in run.divergence_tags), *SIZE_TAGS)
 
 
 def load_run_events(run: Run, tags=None) -> None:

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiment_file import SweepError
-from experiments import REPO, Run
+from .experiment_file import SweepError
+from .experiments import REPO, Run
 
 INTERRUPTED = (130, 143)  # SIGINT / SIGTERM: the script wrote a checkpoint; a rerun resumes it
 ELSEWHERE = "running elsewhere"  # what execute returns for a run that another process runs (claim)

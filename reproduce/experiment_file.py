@@ -10,7 +10,7 @@ import shlex
 import tomllib
 from pathlib import Path
 
-from runs import is_int, reference_pairs
+from .runs import is_int, reference_pairs
 
 BUILTIN_CONFIG = Path(__file__).resolve().parent / "experiments.toml"
 EXPERIMENT_KEYS = {"description", "script", "games", "seeds", "total_timesteps", "checkpoint_every",

@@ -16,8 +16,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiment_file import SweepError, check_experiment, check_flags, check_games, check_name, check_seeds, parse_flags
-from runs import is_int
+from .experiment_file import (SweepError, check_experiment, check_flags, check_games, check_name, check_seeds,
+                              parse_flags)
+from .runs import is_int
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT, CHECKPOINT = "eval_results.json", "checkpoint.pt"

@@ -9,9 +9,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from measures import divergence_tag, is_abs_run, runs_of, size_tag
-from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import Compared, curves_band, t_band
+from .measures import divergence_tag, is_abs_run, runs_of, size_tag
+from .runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
+from .stats import Compared, curves_band, t_band
 
 CONTROLLER_TAGS = (*DIVERGENCE_TAGS, *SIZE_TAGS)  # the batch-size controller's tags (adapt/*)
 ADAPT_BY_GAME_MAX = 6  # games: past this a panel per game is unreadable (Atari: 57), adapt.png alone is drawn

@@ -6,15 +6,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from figure_data import FigureData, Panel, Strip  # noqa: E402
-from measures import AGGREGATES  # noqa: E402
-from runs import RETURN_TAG  # noqa: E402
+from .figure_data import FigureData, Panel, Strip
+from .measures import AGGREGATES
+from .runs import RETURN_TAG
 
 UNITS = {"adapt/divergence": "divergence δ (fraction of\ngreedy actions changed)",
          "adapt/kl": "divergence δ = KL (nats)",
@@ -30,10 +27,15 @@ def write_csv(path: Path, header, rows):
         csv.writer(f).writerows([header, *rows])
 
 
+def subplots(rows: int = 1, cols: int = 1, **kwargs):
+    """A figure and its axes (Figure.subplots' arguments), drawn to files only: no pyplot, no display backend."""
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(rows, cols, **kwargs)
+
+
 def save(fig, out: Path, name: str, header, rows) -> str:
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=100)
-    plt.close(fig)
     write_csv(out / f"{name}.csv", header, rows)
     return f"`{name}.png` (data: `{name}.csv`)"
 
@@ -41,7 +43,7 @@ def save(fig, out: Path, name: str, header, rows) -> str:
 def grid(n: int, title: str, w=4.5, h=3.4):
     cols = min(n, 5)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows + 0.4), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(w * cols, h * rows + 0.4), squeeze=False)
     fig.suptitle(title)
     for ax in axes.flat[n:]:
         ax.axis("off")
@@ -130,7 +132,7 @@ def adapt_figure(panels: list[Panel], out):
 def adapt_by_game_figure(columns: list[tuple[Panel, Panel]], out):
     """The schedule's path per game, which adapt.png averages over games: for each ABS label, its divergence δ (top
     row) and its batch size (bottom row), mean over seeds, shaded min–max."""
-    fig, axes = plt.subplots(2, len(columns), figsize=(4.5 * len(columns), 6.8 + 0.4), squeeze=False)
+    fig, axes = subplots(2, len(columns), figsize=(4.5 * len(columns), 6.8 + 0.4), squeeze=False)
     fig.suptitle("Batch-size controller per game:" + ("\n" if len(columns) == 1 else " ")  # one column: two lines
                  + "mean over seeds, shaded min–max")
     rows = []
@@ -157,7 +159,7 @@ def by_game_grid_figure(panels: list[Panel], out, what: str):
 def improvement_figure(bars: tuple, out):
     """Bars of the paper's improvement rate per game, its mean and its median, one colour per compared pair."""
     games, rates = bars
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(games) * len(rates)), 4))
+    fig, ax = subplots(figsize=(max(6.0, 0.6 * len(games) * len(rates)), 4))
     width, rows = 0.8 / len(rates), []
     for i, ((a, b), vals) in enumerate(rates.items()):
         ax.bar(np.arange(len(games)) + (i - (len(rates) - 1) / 2) * width, vals, width, label=f"{a} over {b}")
@@ -171,7 +173,7 @@ def improvement_figure(bars: tuple, out):
 
 def aggregate_figure(agg, out):
     labels = list(agg)
-    fig, axes = plt.subplots(1, 4, figsize=(16, 0.5 * len(labels) + 2))
+    fig, axes = subplots(1, 4, figsize=(16, 0.5 * len(labels) + 2))
     rows = []
     for k, (ax, name) in enumerate(zip(axes, AGGREGATES)):
         p = np.array([agg[lb]["point"][k] for lb in labels])

@@ -10,8 +10,8 @@ import queue
 import signal
 import time
 
-from execution import ELSEWHERE, INTERRUPTED, RUN_LOCK, execute, lock_held
-from experiments import Run
+from .execution import ELSEWHERE, INTERRUPTED, RUN_LOCK, execute, lock_held
+from .experiments import Run
 
 
 def cores() -> int:

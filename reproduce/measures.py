@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
-from stats import (EARLY, Compared, Difference, aggregate, bonferroni, bootstrap_ci, burn_in_share, curve_area,
+from .runs import DIVERGENCE_TAGS, RETURN_TAG, SIZE_TAGS, Run
+from .stats import (EARLY, Compared, Difference, aggregate, bonferroni, bootstrap_ci, burn_in_share, curve_area,
                    early_mean, finite, first_move, hedges_g, holm, human_normalized_score, improvement_rate,
                    late_variance, rank_correlation, robust_improvement, tenth_means)
 
@@ -355,13 +355,14 @@ class Preregistration(NamedTuple):
     seeds: tuple  # a task is tested when each arm has exactly these seeds
     alpha: float
     source: str  # where it is written
+    before: tuple = ()  # the seeds that had run when it was fixed (quoted.py states what they gave alone)
 
 
 # docs/results-mujoco-5m.md, "The analysis, fixed before seeds 4-10 ran": PPO + ABS against PPO, 5M steps, seeds
 # 1-10 of each on Walker2d, Hopper and HalfCheetah (in the order they ran), Holm's adjustment at alpha = 0.05.
 MUJOCO_5M = Preregistration("mujoco", 5_000_000, ("PPO+ABS", "PPO"), ("Walker2d", "Hopper", "HalfCheetah"),
                             tuple(range(1, 11)), 0.05,
-                            "docs/results-mujoco-5m.md, \"The analysis, fixed before seeds 4-10 ran\"")
+                            "docs/results-mujoco-5m.md, \"The analysis, fixed before seeds 4-10 ran\"", (1, 2, 3))
 # Its secondary outcomes, in the page's order: the training return (the last games' mean), the whole-run return,
 # the early return, the late variance.
 SECONDARY = ("training return", "whole-run return", "early return", "late variance")

@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """A uniformly random policy's mean return on each MinAtar game: the 0 of the normalised score that the MinAtar
 study's aggregate uses (docs/results-minatar-batches.md), written to reproduce/minatar_random.csv.
 
-    python reproduce/minatar_random.py [--episodes 1000] [--seed 0]
+    python -m reproduce.minatar_random [--episodes 1000] [--seed 0]
 
 Each game is played under abs_pqn_minatar.py's defaults (sticky actions 0.1, difficulty ramping, no step cap): the
 random action is drawn from the game's minimal action set (the script's actions) at every step.

@@ -8,8 +8,8 @@ from math import comb
 
 import numpy as np
 
-from measures import Preregistered, TaskTest
-from tables import fmt, fmt_p, fmt_pct, md_table, welch_text
+from .measures import Preregistered, TaskTest
+from .tables import fmt, fmt_p, fmt_pct, md_table, welch_text
 
 
 def seed_list(seeds) -> str:

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """The paper's tables and figures from directories of finished runs (docs/reproducing.md: "The paper's tables").
 
-    python reproduce/report.py --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
+    python -m reproduce.report --runs ABS=runs/abs Small=runs/small --out report/ --benchmark atari10
 
 Every `eval_results.json` below a labelled directory (any depth) is one finished run; the TensorBoard
 events beside it give the training curves. Runs are grouped by label, game (env id without `-v5`) and
@@ -17,7 +16,8 @@ and ends and its rank correlation with the step (the paper's Figure 1 claim); th
 the MuJoCo grid at 5M steps, the analysis fixed before its seeds 4-10 ran (measures.MUJOCO_5M: Holm-adjusted exact
 permutation tests per task, effect sizes, the decision; docs/results-mujoco-5m.md), with two figures for it. --games
 and --seeds choose the runs.
-Writes `report.md` and PNG figures, each with a CSV of the plotted data, into `--out`.
+Writes `report.md`, its numbers as data (`report.json`, report_data.py) and PNG figures, each with a CSV of the plotted
+data, into `--out`.
 
 The report is made in stages, one file each beside this one: runs.py finds and checks the runs' eval_results.json,
 events.py reads their event files record by record and checks them for damage, measures.py takes each run's
@@ -33,26 +33,27 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its stages, beside it, however it is started
-import runs  # noqa: E402
-from batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis  # noqa: E402
-from batch_claims_section import batch_claims_section  # noqa: E402
-from cli import Parser  # noqa: E402
-from events import load_events  # noqa: E402
-from figure_data import FigureData, figure_data  # noqa: E402
-from figures import figures_section  # noqa: E402
-from measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,  # noqa: E402
+from . import runs
+from .batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis
+from .batch_claims_section import batch_claims_section
+from .cli import Parser
+from .events import load_events
+from .figure_data import FigureData, figure_data
+from .figures import figures_section
+from .measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,
                       burn_in, burn_summary, by_label, capped_evaluations, divergence_trends, early_late,
                       final_training_return, hns_values, improvement_rates, is_preregistered, machine_time,
                       near_constant_evaluations, normalized, not_reached, per_seed, preregistered, trend_counts)
-from runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,  # noqa: E402
+from .runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,
                   load_atari_scores, load_minatar_random, out_problem, reference_pairs)
-from preregistered_section import preregistered_section  # noqa: E402
-from sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,  # noqa: E402
+from .preregistered_section import preregistered_section
+from .quoted import quoted
+from .report_data import report_data, write_data
+from .sections import (EarlyLate, Metric, aggregate_section, data_section, divergence_trend_section,
                       early_late_section, improvement_section, left_out_line, machine_time_section, metric_section,
                       per_game_iqm_section)
-from stats import Compared, compare  # noqa: E402
-from tables import Frame  # noqa: E402
+from .stats import Compared, compare
+from .tables import Frame
 
 
 def collect(roots: dict[str, Path], benchmark: str | None, table: dict, allow_mixed: bool = False,
@@ -82,6 +83,7 @@ class Measured:
     figures: FigureData
     preregistered: Preregistered | None  # the analysis fixed before the runs (measures.MUJOCO_5M), for its runs
     batch_claims: BatchAnalysis | None  # the MinAtar study's (batch_claims.MINATAR_BATCHES), for its runs
+    quoted: dict  # what the results pages quote beyond the report's tables (quoted.py), in report.json only
 
 
 def measure(f: Frame, table: dict, args) -> Measured:
@@ -107,6 +109,7 @@ def measure(f: Frame, table: dict, args) -> Measured:
     plan = MUJOCO_5M if is_preregistered(MUJOCO_5M, args.benchmark, data, games, f.pairs) else None
     analysis = preregistered(plan, evaluation, dict(zip(SECONDARY, (final, el.area, el.early, el.late))), games,
                              args.last_games) if plan else None
+    figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan else None)
     return Measured(
         capped=capped_evaluations(data, games, table), constant=near_constant_evaluations(data, games), agg=agg,
         agg_notes=agg_notes, evaluation=evaluation,
@@ -114,10 +117,10 @@ def measure(f: Frame, table: dict, args) -> Measured:
                      test=False),
         final=final, early_late=el, trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates,
         times=machine_time(data, games),
-        figures=figure_data(data, games, rates, args.bins, burn, evaluation if plan else None),
-        preregistered=analysis,
+        figures=figures, preregistered=analysis,
         batch_claims=batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed)
-        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None)
+        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None,
+        quoted=quoted(data, games, evaluation, el, trends, plan, figures))
 
 
 def write_report(data, games, notes, args, table) -> Path:
@@ -157,6 +160,7 @@ def write_report(data, games, notes, args, table) -> Path:
     md += machine_time_section(m.times)
     md += figures_section(m.figures, m.agg, out)
     (out / "report.md").write_text("\n".join(md))
+    write_data(out / "report.json", report_data(f, m))
     return out / "report.md"
 
 

@@ -11,10 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from measures import AGGREGATES, NEAR_CONSTANT_SHARE, runs_of
-from runs import RETURN_TAG, reached
-from stats import IQM_TRIMS_FROM, Compared
-from tables import (PER_SEED_HOW, Frame, best_count_line, differences, fmt, fmt_pct, md_table, pairwise_lines,
+from .measures import AGGREGATES, NEAR_CONSTANT_SHARE, runs_of
+from .runs import RETURN_TAG, reached
+from .stats import IQM_TRIMS_FROM, Compared
+from .tables import (PER_SEED_HOW, Frame, best_count_line, differences, fmt, fmt_pct, md_table, pairwise_lines,
                     seed_table)
 
 

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from execution import ELSEWHERE, INTERRUPTED, execute, now, shell_rc, tail
-from experiments import CHECKPOINT, Run
+from .execution import ELSEWHERE, INTERRUPTED, execute, now, shell_rc, tail
+from .experiments import CHECKPOINT, Run
 
 HERE = Path(__file__).resolve().parent
 

@@ -196,6 +196,11 @@ def min_permutation_p(na: int, nb: int) -> float:
     return (2 if na == nb else 1) / comb(na + nb, na)
 
 
+def sign_p(wins: int, n: int) -> float:
+    """The chance of `wins` or more of n games for a label that wins each with probability 1/2 (a coin)."""
+    return sum(comb(n, k) for k in range(wins, n + 1)) / 2 ** n
+
+
 def holm(pvalues) -> list[float]:
     """Holm's step-down adjusted p-values, in the input order: with the m p-values sorted ascending, the i-th
     smallest's adjusted p is the largest of (m - j + 1) p_(j) over j <= i, at most 1. Each is then compared with

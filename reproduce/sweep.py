@@ -1,11 +1,10 @@
-#!/usr/bin/env python
 """Run the paper's experiment grids, on this machine or on a Slurm cluster.
 
-    python reproduce/sweep.py run atari10-batches [--games Pong] [--seeds 1] [--scale 0.001]
+    python -m reproduce.sweep run atari10-batches [--games Pong] [--seeds 1] [--scale 0.001]
                                   [--workers N] [--slurm --partition P ...] [--dry-run]
-    python reproduce/sweep.py status atari10-batches [--scale 0.001]
-    python reproduce/sweep.py report atari10-batches [--scale 0.001] [--out DIR] [--reference LABEL]
-    python reproduce/sweep.py publish atari10-batches --out results/NAME [--scale 0.001] [--games ...]
+    python -m reproduce.sweep status atari10-batches [--scale 0.001]
+    python -m reproduce.sweep report atari10-batches [--scale 0.001] [--out DIR] [--reference LABEL]
+    python -m reproduce.sweep publish atari10-batches --out results/NAME [--scale 0.001] [--games ...]
 
 The experiments are data: reproduce/experiments.toml (and --config FILE for your own), read and checked by
 experiment_file.py and expanded into runs by experiments.py, which also gives each run its directory, log and
@@ -37,15 +36,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, beside it, however it is started
-from cli import Parser  # noqa: E402
-from execution import ELSEWHERE, INTERRUPTED, live, tail  # noqa: E402
-from experiment_file import (GAME_RE, SweepError, check_flags, check_seeds, load_config,  # noqa: E402
+from .cli import Parser
+from .execution import ELSEWHERE, INTERRUPTED, live, tail
+from .experiment_file import (GAME_RE, SweepError, check_flags, check_seeds, load_config,
                              reference_and_comparisons)
-from experiments import CHECKPOINT, EXIT, REPO, START, Run, Selection, default_root, expand, with_threads  # noqa: E402
-from local_pool import cores, run_local  # noqa: E402
-from runs import reference_pairs  # noqa: E402
-from slurm import ACTIVE, QUEUED, job_id, slurm_executor, slurm_states, submit  # noqa: E402
+from .experiments import CHECKPOINT, EXIT, REPO, START, Run, Selection, default_root, expand, with_threads
+from .local_pool import cores, run_local
+from .runs import reference_pairs
+from .slurm import ACTIVE, QUEUED, job_id, slurm_executor, slurm_states, submit
 
 STATES = ("done", "running", "interrupted", "failed", "missing", "queued", "other-length")
 RUNNING_ELSEWHERE = 75  # `run`'s exit code when every run it did not finish is another process's (EX_TEMPFAIL)
@@ -180,7 +178,7 @@ def cmd_run(args) -> int:
         jobs = submit(slurm_executor(args, folder), todo, grace_s=max(10, args.signal_delay_s - 30),
                       max_requeues=args.max_requeues)
         print(f"submitted {len(jobs)} jobs ({jobs[0].job_id} ... {jobs[-1].job_id}); submitit files in {folder}")
-        print(f"follow with: python reproduce/sweep.py status {args.experiment}"
+        print(f"follow with: python -m reproduce.sweep status {args.experiment}"
               + (f" --config {args.config}" if args.config else ""))
         return 0
     return summary(todo, run_local(todo, workers, gpus))
@@ -235,7 +233,7 @@ def cmd_report(args) -> int:
         ref, pairs = args.reference, reference_pairs(args.reference, exp["labels"])
     out = Path(args.out) if args.out else Path(args.root).resolve() / args.experiment / "report"
     # only the runs of this grid's length: a label directory may also hold runs of another --scale
-    cmd = [sys.executable, str(REPO / "reproduce" / "report.py"), "--runs",
+    cmd = [sys.executable, "-m", "reproduce.report", "--runs",
            *[f"{label}={_shown(d)}" for label, d in label_dirs.items()], "--out", str(out),
            "--total-timesteps", str(runs[0].total_timesteps)]
     if ref in label_dirs:
@@ -255,7 +253,9 @@ def cmd_report(args) -> int:
     elif benchmark:
         print(f"(not passing --benchmark {benchmark}: finished games {sorted(finished)} are outside it)")
     print(shlex.join(cmd), flush=True)
-    return subprocess.call(cmd)
+    # the package from wherever this one was imported, whatever the working directory (--out may be relative to it)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.call(cmd, env={**os.environ, "PYTHONPATH": path})
 
 
 # A published run keeps its records and nothing that only a resume needs: the checkpoint (and any other .pt), the lock.

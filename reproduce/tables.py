@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from measures import runs_of
-from runs import reached
-from stats import IQM_TRIMS_FROM, Compared, Difference, Seeds
+from .measures import runs_of
+from .runs import reached
+from .stats import IQM_TRIMS_FROM, Compared, Difference, Seeds
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Do two commits of abs_pqn_atari.py train alike? The same tiny runs at each commit, every logged number compared.
 
-    python reproduce/train_alike.py 3a05cee a33334c 0c283d3
+    python -m reproduce.train_alike 3a05cee a33334c 0c283d3
 
 A grid that runs for days can span commits of this project. Its runs are one experiment only if each commit trains
 as the others do; this tool shows it. For each commit it extracts the tree (`git archive`, nothing is checked out),
@@ -40,9 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import Parser  # noqa: E402
-from events import read_run_events  # noqa: E402
+from .cli import Parser
+from .events import read_run_events
 
 SCRIPT = "abs_pqn_atari.py"
 CASES = {

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import runs  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 COMMITTED = ROOT / "results" / "mujoco-1m" / "runs" / "mujoco"
 
@@ -97,5 +98,5 @@ def only_event_file(run_dir: Path) -> Path:
 
 
 def report_cli(*args):
-    return subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([*tool("report"), *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env=tool_env())

@@ -7,8 +7,9 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))
-import experiments  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import experiments  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 # A stand-in for a training script, following the conventions: it locks <output-dir>/<run-name>/.lock as the scripts
 # do (a second live run on the directory exits 2), writes eval_results.json atomically into it, exits 1 for a seed in
@@ -89,8 +90,8 @@ def make_tiny(tmp_path: Path) -> tuple[list[str], Path]:
 
 
 def sweep_cli(*args, timeout=120, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "reproduce" / "sweep.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run([*tool("sweep"), *args], capture_output=True, text=True, timeout=timeout,
+                          env=tool_env(env))
 
 
 def starts(log: Path) -> int:

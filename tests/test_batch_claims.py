@@ -9,11 +9,11 @@ import pytest
 import scipy.stats
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))
-import batch_claims as bc  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import batch_claims as bc  # noqa: E402
 from report_helpers import report_cli, write_run  # noqa: E402
-from runs import load_minatar_random  # noqa: E402
-from stats import compare  # noqa: E402
+from reproduce.runs import load_minatar_random  # noqa: E402
+from reproduce.stats import compare  # noqa: E402
 
 PLAN = bc.MINATAR_BATCHES
 LABELS = ("ABS", "Small", "Vanilla", "Large")

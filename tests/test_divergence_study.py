@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import divergence_study as study  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import divergence_study as study  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 
 def test_rollout_lengths_are_the_steps_between_iterations():
@@ -214,9 +215,8 @@ def test_a_damaged_run_is_named_whether_other_runs_remain_or_none(tmp_path, caps
 def test_out_that_is_a_file_or_below_one_is_one_line_and_exit_2(tmp_path, out, problem):
     write_run(tmp_path / "ppo" / "Hopper-v4__1", "Hopper-v4", 1, {"adapt": False, "num_steps": 2048}, [2048])
     (tmp_path / "file").write_text("x")
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "divergence_study.py"), "--runs",
-                          f"PPO={tmp_path / 'ppo'}", "--out", str(tmp_path / out)], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([*tool("divergence_study"), "--runs", f"PPO={tmp_path / 'ppo'}", "--out", str(tmp_path / out)],
+                         capture_output=True, text=True, timeout=120, env=tool_env())
     assert res.returncode == 2 and res.stdout == "", res
     problem = problem.replace("FILE", str(tmp_path / "file"))
     assert res.stderr == f"divergence_study.py: --out {tmp_path / out}: {problem}\n"

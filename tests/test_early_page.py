@@ -1,27 +1,30 @@
-"""reproduce/early_page.py: it fills docs/results-atari10-early.md's tables from the report, finds a table that is not
-the report's, and refuses a page without its markers (tests/test_results.py checks the committed page with it)."""
+"""reproduce/early_page.py: it fills docs/results-atari10-early.md's tables from the report's data (report.json), in
+the report's own cells, finds a table that is not the report's, and refuses a page without its markers
+(tests/test_results.py checks the committed page with it)."""
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import early_page  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import early_page  # noqa: E402
+from reproduce.report_data import read_data  # noqa: E402
 
 REPORT = ROOT / "results" / "atari10-early" / "report.md"
+DATA = ROOT / "results" / "atari10-early" / "report.json"  # the report's numbers as data, which the page reads
 PAGE = ROOT / "docs" / "results-atari10-early.md"
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, "reproduce/early_page.py", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "reproduce.early_page", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_a_table_is_the_reports_cells():
     md = REPORT.read_text()
-    t = early_page.tables(md)
+    t = early_page.tables(read_data(DATA))
     assert list(t) == ["early", "evaluation", "divergence", "burn-in"]
-    games = early_page.games(md)
+    games = early_page.games(read_data(DATA))
     assert len(t["early"]) == 2 + len(games) and len(t["divergence"]) == 2 + 2 * len(games)
     # Qbert's early row, cell by cell from the report's own rows ("1: " dropped)
     row = next(r for r in t["early"] if r.startswith("| Qbert |")).split(" | ")

@@ -14,8 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "reproduce"))
-import events  # noqa: E402
+from reproduce import events  # noqa: E402
 from abs_utils.writer import event_writer  # noqa: E402
 
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import events  # noqa: E402
-import report  # noqa: E402
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import events  # noqa: E402
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
 from report_helpers import COMMITTED, only_event_file, row_of, section, write_run  # noqa: E402
 
 

@@ -16,9 +16,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "reproduce"))
 import abs_utils as U  # noqa: E402
-from events import read_run_events  # noqa: E402
+from reproduce.events import read_run_events  # noqa: E402
 from scripts import SCRIPTS  # noqa: E402
 
 

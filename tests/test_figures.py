@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import figure_data  # noqa: E402
-import report  # noqa: E402
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import figure_data  # noqa: E402
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
 from report_helpers import section, write_adapt_run, write_run  # noqa: E402
 
 

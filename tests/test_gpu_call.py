@@ -61,24 +61,55 @@ def files_the_call_runs() -> list[Path]:
 
 
 def imported(path: Path) -> set[str]:
-    """Top-level names of every absolute import in a file, at any depth (functions, try blocks, conditions), and of
+    """Dotted names of every import in a file, at any depth (functions, try blocks, conditions), relative ones made
+    absolute against the file's package (`from .flags import x` in abs_utils/parsing.py: abs_utils.flags), the names a
+    `from` imports as candidate modules too (`from reproduce import runs`: reproduce.runs), and of
     importlib.import_module("literal") calls."""
+    package = path.parent.relative_to(ROOT).parts if path.is_relative_to(ROOT) else ()
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) - node.level + 1], *[node.module or ""]]).strip(".") \
+                if node.level else node.module
+            names |= ({base} if node.module else set()) | {f"{base}.{alias.name}" for alias in node.names}
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
               and node.args and isinstance(node.args[0], ast.Constant)):
-            names.add(node.args[0].value.split(".")[0])
+            names.add(node.args[0].value)
     return names
 
 
+def local_files(name: str, importer: Path) -> list[Path] | None:
+    """The repository's files that importing the dotted `name` may run: a module beside the importer or in the
+    repository's root; a package of the root named alone, every file of it (abs_utils loads each of its files on
+    first use of one of its names); a module of a package (`from reproduce.cli import Parser`), the package's
+    __init__.py and that module; None when the name is not the repository's."""
+    top, *rest = name.split(".")
+    found = [d / f"{top}.py" for d in (importer.parent, ROOT) if (d / f"{top}.py").is_file()]
+    if found:  # (`from scripts import SCRIPTS`: scripts.SCRIPTS is a name of that module)
+        return found[:1]
+    if not (ROOT / top / "__init__.py").is_file():
+        return None
+    if not rest:
+        return sorted((ROOT / top).glob("*.py"))
+    files, folder = [ROOT / top / "__init__.py"], ROOT / top
+    for part in rest:
+        if (folder / part / "__init__.py").is_file():
+            folder = folder / part
+            files.append(folder / "__init__.py")
+        elif (folder / f"{part}.py").is_file():
+            files.append(folder / f"{part}.py")
+            break
+        else:
+            break
+    return files
+
+
 def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
-    """module -> the files that import it, over the files and the repository's modules they import in turn
-    (found beside the importing file, in the repository's root or in reproduce/, which bench/throughput.py puts on
-    sys.path for the tools' checks, as the call's sys.path finds them; a package of the root, every file of it)."""
+    """module -> the files that import it, over the files and the repository's modules they import in turn (found
+    beside the importing file, in the repository's root, or in a package of the root such as reproduce/ or
+    abs_utils/, as the call's sys.path finds them)."""
     seen, todo, found = set(), list(files), {}
     while todo:
         path = todo.pop()
@@ -86,15 +117,12 @@ def third_party_imports(files: list[Path]) -> dict[str, set[str]]:
             continue
         seen.add(path)
         for name in imported(path):
-            local = [d / f"{name}.py" for d in (path.parent, ROOT, ROOT / "reproduce")
-                     if (d / f"{name}.py").is_file()]
-            package = ROOT / name / "__init__.py"  # abs_utils: every module of it (they import each other)
-            if local:
-                todo.append(local[0])
-            elif package.is_file():
-                todo += sorted(package.parent.glob("*.py"))
-            elif name not in sys.stdlib_module_names:
-                found.setdefault(name, set()).add(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
+            local = local_files(name, path)
+            if local is not None:
+                todo += local
+            elif name.split(".")[0] not in sys.stdlib_module_names:
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                found.setdefault(name.split(".")[0], set()).add(str(where))
     return found
 
 

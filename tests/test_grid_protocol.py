@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))
-import experiment_file  # noqa: E402
-import experiments  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import experiment_file  # noqa: E402
+from reproduce import experiments  # noqa: E402
 
 PAPER = "the paper's Section 5: 100 evaluation episodes per seed"
 # experiment -> (evaluation episodes of every run, the protocol that fixes the number). A new grid must say here

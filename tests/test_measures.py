@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import measures  # noqa: E402
-import report  # noqa: E402
-import runs  # noqa: E402
-import sections  # noqa: E402
-import stats  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import measures  # noqa: E402
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
+from reproduce import sections  # noqa: E402
+from reproduce import stats  # noqa: E402
 from report_helpers import row, row_of, section, write_adapt_run, write_run  # noqa: E402
 
 

@@ -1,6 +1,6 @@
-"""reproduce/mujoco_page.py: the numbers it lists for docs/results-mujoco-5m.md, computed here again from the runs and
-adapt_by_game.csv, and its --check, which names what a page does not say (tests/test_results.py checks the committed
-page with it against the regenerated report)."""
+"""reproduce/mujoco_page.py: the numbers it lists for docs/results-mujoco-5m.md from the report's data (report.json),
+computed here again from the runs and adapt_by_game.csv, and its --check, which names what a page does not say
+(tests/test_results.py checks the committed page with it against the regenerated report)."""
 import csv
 import itertools
 import json
@@ -13,8 +13,9 @@ import pytest
 import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import mujoco_page  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import mujoco_page  # noqa: E402
+from reproduce.report_data import read_data  # noqa: E402
 
 RESULTS = ROOT / "results" / "mujoco-5m"
 PAGE = ROOT / "docs" / "results-mujoco-5m.md"
@@ -22,12 +23,12 @@ PAGE = ROOT / "docs" / "results-mujoco-5m.md"
 
 @pytest.fixture(scope="module")
 def listed():
-    """Every fact, read once: the schedule reads every PPO+ABS run's events."""
-    return mujoco_page.facts((RESULTS / "report.md").read_text(), RESULTS)
+    """Every fact, from the report's data (report.json)."""
+    return mujoco_page.facts(read_data(RESULTS / "report.json"))
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, "reproduce/mujoco_page.py", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "reproduce.mujoco_page", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -15,10 +15,10 @@ import pytest
 import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import measures  # noqa: E402
-import report  # noqa: E402
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import measures  # noqa: E402
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
 from report_helpers import section, subsection  # noqa: E402
 
 STEPS, EVERY = 5_000_000, 25_000  # the protocol's length; a training game logged every 25,000 steps (201 games)

@@ -2,6 +2,7 @@
 (eval_results.json + TensorBoard events written with SummaryWriter), its flags and its errors."""
 import csv
 import errno
+import json
 import os
 import re
 import subprocess
@@ -12,12 +13,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import report  # noqa: E402
-import runs  # noqa: E402
-import stats  # noqa: E402
-import tables  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
+from reproduce import stats  # noqa: E402
+from reproduce import tables  # noqa: E402
 from report_helpers import hns, report_cli, row, row_of, section, write_run  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 
 FIGURES = ("learning_curves", "adapt", "improvement_rate", "aggregates")
@@ -41,9 +43,9 @@ def fixture_runs(tmp_path_factory):
 
 def test_report_end_to_end(fixture_runs, tmp_path):
     out = tmp_path / "report"
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs",
-                          f"ABS={fixture_runs / 'abs'}", f"Small={fixture_runs / 'sweep'}",
-                          "--out", str(out), "--reps", "200"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", f"ABS={fixture_runs / 'abs'}", f"Small={fixture_runs / 'sweep'}",
+                          "--out", str(out), "--reps", "200"], capture_output=True, text=True, timeout=120,
+                         env=tool_env())
     assert res.returncode == 0, res.stderr
     md = (out / "report.md").read_text()
 
@@ -81,6 +83,16 @@ def test_report_end_to_end(fixture_runs, tmp_path):
     _, lo, hi, df = stats.welch_interval([200.0, 300.0], [100.0, 150.0])
     assert diff[2:] == ["125.0", f"[{tables.fmt(lo)}, {tables.fmt(hi)}]", "1.47", "0.33", "6", "2 vs 2"]
     assert df == pytest.approx(3125 ** 2 / (2500 ** 2 + 625 ** 2))
+    # The same numbers as data, by name (report.json: what the results pages read), unrounded.
+    numbers = json.loads((out / "report.json").read_text())
+    assert numbers["labels"] == ["ABS", "Small"] and numbers["pairs"] == [["ABS", "Small"]]
+    amidar = numbers["evaluation"]["seeds"]["Amidar"]
+    assert amidar["ABS"]["values"] == {"1": 200.0, "2": 300.0} and amidar["ABS"]["mean"] == 250.0
+    assert "Small" not in numbers["evaluation"]["seeds"]["Qbert"]
+    d = numbers["evaluation"]["differences"]["Amidar"]["ABS"]["Small"]
+    assert (d["diff"], d["lo"], d["hi"], d["splits"]) == (125.0, lo, hi, 6) and d["p"] == pytest.approx(1 / 3)
+    assert numbers["evaluation"]["wins"]["ABS"]["Small"] == [1, 1]
+    assert numbers["aggregates"]["ABS"]["IQM"]["point"] == pytest.approx(expected_aggregates[0])
     assert "- ABS vs Small (Amidar): with 2 vs 2 runs the smallest possible p is 0.33 (2 of 6 relabellings): no " \
         "difference can reach p < 0.05." in per_game
 
@@ -217,8 +229,8 @@ def test_compare_pairs_and_mixed_lengths(tmp_path):
 
     write_run(tmp_path / "ABS" / "Amidar-short", "Amidar-v5", 2, 50.0, total=500)
     assert report.main(["--runs", *dirs, "--out", str(tmp_path / "o2"), "--reps", "20"]) == 2
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", *dirs, "--out",
-                          str(tmp_path / "o3"), "--reps", "20"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", *dirs, "--out", str(tmp_path / "o3"), "--reps", "20"],
+                         capture_output=True, text=True, timeout=120, env=tool_env())
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "label ABS has runs of different lengths (total_timesteps 500, 1,000)" in res.stderr
     assert "--allow-mixed-timesteps" in res.stderr and not (tmp_path / "o3").exists()
@@ -243,8 +255,8 @@ def test_bad_input(tmp_path):
 def test_a_runs_item_without_a_directory_is_one_line_and_exit_2(tmp_path, item, message):
     (tmp_path / "file").write_text("x")
     (tmp_path / "sub").mkdir()
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", item, "--out", "o"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", item, "--out", "o"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=tool_env())
     assert res.returncode == 2 and res.stdout == "" and len(res.stderr.splitlines()) == 1, res.stderr
     assert res.stderr.startswith(f"report.py: error: {message} (report.py --help"), res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "sub"]
@@ -280,3 +292,17 @@ def test_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"report.py: --out {tmp_path / 'new' / 'out'}: cannot write the "
                                                    "report (OSError: No space left on device")
+
+
+def test_report_data_is_json_by_name(tmp_path):
+    """report.json's conversion: a dict keyed by (game, label) nests, NumPy's numbers become Python's, a number that
+    is not finite is null, a set is sorted, and anything else is refused rather than written as text."""
+    from reproduce.report_data import plain, read_data, write_data
+    seeds = stats.Seeds({1: np.float64(2.0)}, 2.0, float("nan"), float("inf"), 0.0, 2.0)
+    data = plain({("Pong", "ABS"): seeds, ("Pong", "B"): {"A", "B"}, "n": np.int64(3)})
+    assert data == {"Pong": {"ABS": {"values": {"1": 2.0}, "mean": 2.0, "lo": None, "hi": None, "std": 0.0,
+                                     "iqm": 2.0}, "B": ["A", "B"]}, "n": 3}
+    with pytest.raises(TypeError):
+        plain(object())
+    write_data(tmp_path / "report.json", data)
+    assert read_data(tmp_path / "report.json") == data

@@ -1,5 +1,6 @@
-"""reproduce/ as docs/reproducing.md describes it ("The code"): one row of its table per module, and every module
-small enough to read as one stage (at most 450 lines)."""
+"""reproduce/ as docs/reproducing.md describes it ("The code"): one row of its table per module, every module small
+enough to read as one stage (at most 450 lines), and the results pages' tools apart from the statistics."""
+import ast
 import re
 from pathlib import Path
 
@@ -26,3 +27,20 @@ def test_the_code_table_has_a_row_for_every_module_of_reproduce():
 def test_no_module_of_reproduce_is_over_450_lines():
     sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "reproduce").glob("*.py")}
     assert not {name: n for name, n in sizes.items() if n > MAX_LINES}
+
+
+# the results pages' tools: they word the numbers of a report's report.json (report_data.py) and compute nothing
+PAGE_TOOLS = ("mujoco_page.py", "early_page.py")
+# what computing or reading the runs would import: statistics, arrays, the measuring stages, the readers of runs,
+# events and figure data
+NOT_IN_A_PAGE_TOOL = {"numpy", "scipy", "rliable", "csv", "stats", "measures", "quoted", "events", "runs",
+                      "figure_data", "report"}
+
+
+def test_the_page_tools_compute_nothing_and_read_only_the_reports_data():
+    for name in PAGE_TOOLS:
+        tree = ast.parse((ROOT / "reproduce" / name).read_text())
+        imported = {a.name.split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not imported & NOT_IN_A_PAGE_TOOL, (name, imported & NOT_IN_A_PAGE_TOOL)
+        assert "report_data" in imported, name

@@ -15,7 +15,7 @@ import pytest
 import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
+sys.path.insert(0, str(ROOT))  # the reproduce package
 
 TASKS, SEEDS, LABELS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"), (1, 2, 3), ("PPO", "PPO+ABS")
 
@@ -52,7 +52,7 @@ GRIDS = {"mujoco-1m": Grid("mujoco", ("--scale", "0.2"), TASKS, SEEDS, LABELS, 1
 def report_command(name: str) -> list[str]:
     """The command that wrote results/<name>/report.md, run from the repository root; --out last."""
     g = GRIDS[name]
-    return ["reproduce/sweep.py", "report", g.experiment, *g.flags, "--root", f"results/{name}/runs",
+    return ["-m", "reproduce.sweep", "report", g.experiment, *g.flags, "--root", f"results/{name}/runs",
             "--games", *g.games, "--seeds", *map(str, g.seeds), "--out"]
 
 
@@ -85,6 +85,16 @@ def regenerated(tmp_path_factory):
             made[grid] = out
         return made[grid]
     return make
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_report_data_is_regenerated_from_the_committed_runs(regenerated, grid):
+    """report.json, the report's numbers as data that the results pages quote, is what the report makes of the
+    committed runs."""
+    committed = json.loads((ROOT / "results" / grid / "report.json").read_text())
+    assert committed == json.loads((regenerated(grid) / "report.json").read_text()), (
+        f"results/{grid}/report.json differs from what reproduce/report.py makes of the committed runs; regenerate it "
+        f"with: python " + " ".join(report_command(grid)) + f" results/{grid}")
 
 
 @pytest.mark.parametrize("grid", GRIDS)
@@ -183,17 +193,17 @@ def test_mujoco_5m_page_states_the_preregistered_numbers_of_each_complete_task(r
 
 def test_mujoco_5m_page_says_every_number_mujoco_page_lists(regenerated):
     """The 5M page's text says, each in its section, every number reproduce/mujoco_page.py lists from the
-    regenerated report, adapt_by_game.csv, the runs' events and their eval_results.json (the seeds' spread, seeds
-    1-3 and 4-10 alone, HalfCheetah's fast-gait runs, the schedule table, the divergence counts, the machine time)."""
-    import mujoco_page
-    md = (regenerated("mujoco-5m") / "report.md").read_text()
+    regenerated report's data (the seeds' spread, seeds 1-3 and 4-10 alone, HalfCheetah's fast-gait runs, the
+    schedule table, the divergence counts, the machine time)."""
+    from reproduce import mujoco_page
+    data = json.loads((regenerated("mujoco-5m") / "report.json").read_text())
     page = (ROOT / "docs" / "results-mujoco-5m.md").read_text()
-    listed = mujoco_page.facts(md, ROOT / "results" / "mujoco-5m")
-    complete = mujoco_page.complete_tasks(md)
+    listed = mujoco_page.facts(data)
+    complete = mujoco_page.complete_tasks(data)
     assert complete == list(mujoco_page.TASKS)
     per_task = {t: sum(where == mujoco_page.task_heading(t) for where, _, _ in listed) for t in complete}
     assert per_task == {t: 11 if t == "HalfCheetah" else 10 for t in complete}  # HalfCheetah: its fast-gait runs too
-    assert not mujoco_page.missing(page, listed), "run: python reproduce/mujoco_page.py --check"
+    assert not mujoco_page.missing(page, listed), "run: python -m reproduce.mujoco_page --check"
 
 
 def test_mujoco_1m_report_states_what_three_seeds_can_show(regenerated):
@@ -302,7 +312,7 @@ def test_ppo_atari_check_page_states_the_reports_numbers(regenerated):
 def test_ppo_atari_page_states_the_l_range_and_kl_of_the_committed_runs():
     """docs/ppo-atari.md's argument for its L range and its --kl-low restates committed runs: the learning check's
     PPO + ABS runs (their highest L and how often L was L_min) and the bounds runs' smallest KL."""
-    import events
+    from reproduce import events
     page = " ".join((ROOT / "docs" / "ppo-atari.md").read_text().split())
     check = ROOT / "results" / "ppo-atari-check" / "runs" / "ppo-atari5" / "PPO+ABS"
     said = {}
@@ -320,23 +330,21 @@ def test_ppo_atari_page_states_the_l_range_and_kl_of_the_committed_runs():
     assert smallest == {"0.0002"} and "the smallest single measurement seen (0.0002 on both games)" in page
 
 
-ATARI10 = ROOT / "results" / "atari10-early"
-
-
 def test_atari10_early_page_states_the_reports_numbers(regenerated):
     """docs/results-atari10-early.md's tables are what reproduce/early_page.py fills from the regenerated report, its
     text says every number early_page.py --facts lists, and its verdict and the README headline restate them."""
-    import early_page
+    from reproduce import early_page
     md = (regenerated("atari10-early") / "report.md").read_text()
+    data = json.loads((regenerated("atari10-early") / "report.json").read_text())
     text = (ROOT / "docs" / "results-atari10-early.md").read_text()
     page = " ".join(text.split())
     verdict = " ".join(text.split("## Verdict")[1].split("\n## ")[0].split())
     readme = " ".join((ROOT / "README.md").read_text().split())  # its headline restates a few of them
     games = [g.split("-v")[0] for g in GRIDS["atari10-early"].games]
-    assert early_page.games(md) == games
-    changed = early_page.fill(text, md)[1]
-    assert not changed, f"run: python reproduce/early_page.py (the tables {changed} are not the report's)"
-    listed = early_page.facts(md, ATARI10)
+    assert early_page.games(data) == games
+    changed = early_page.fill(text, data)[1]
+    assert not changed, f"run: python -m reproduce.early_page (the tables {changed} are not the report's)"
+    listed = early_page.facts(data)
     for what, said in listed:
         if what != "starts at its highest":  # one or more runs: the verdict says it, checked below
             assert " ".join(said.split()) in page, (what, said)
@@ -363,9 +371,9 @@ def test_atari10_early_page_states_the_reports_numbers(regenerated):
         assert f"{lower} runs of {lb}" in verdict and "lower in the last tenth than in the first in" in verdict, trend
         rho = re.search(r"median ρ ([-+]\d\.\d\d)", trend).group(1)
         assert f"{rho} for {lb}" in verdict, trend
-    starts_highest = early_page.starts_highest(ATARI10, games)
+    starts_highest = early_page.starts_highest(data)
     assert starts_highest and all(said in verdict for said in starts_highest), starts_highest
-    trained = float(early_page.cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
+    trained = float(report_cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
     assert f"last 100 training games (epsilon-greedy) averaged {trained:,.0f}" in page
     highest = float(re.search(r"is (\d+)$", facts[early_page.HIGHEST_L]).group(1))
     assert highest < 32 and f"L never reached Vanilla's 32: {facts[early_page.HIGHEST_L]}" in page
@@ -420,7 +428,7 @@ def test_atari10_early_page_states_the_scripts_settings():
 # The study of --divergence ess (README "Beyond the paper"): its own runs, and the command that wrote study.md.
 ESS = ROOT / "results" / "mujoco-ess-1m"
 ESS_TASKS, TRACK_TASKS = ("HalfCheetah-v4", "Hopper-v4"), ("InvertedPendulum-v4", "Humanoid-v4")
-STUDY = ["reproduce/divergence_study.py", "--runs", "PPO=results/mujoco-1m/runs/mujoco/PPO",
+STUDY = ["-m", "reproduce.divergence_study", "--runs", "PPO=results/mujoco-1m/runs/mujoco/PPO",
          "PPO+ABS=results/mujoco-1m/runs/mujoco/PPO+ABS",
          "PPO+ABS-ESS=results/mujoco-ess-1m/runs/mujoco-ess/PPO+ABS-ESS", "PPO-track=results/mujoco-ess-1m/runs/track",
          "--games", *TASKS, *TRACK_TASKS, "--out"]

@@ -38,10 +38,11 @@ def test_the_report_is_made_again_from_the_published_runs(tmp_path):
     runs = published()
     games = sorted({g for _, g, _ in runs})
     seeds = sorted({int(s) for _, _, s in runs})
-    p = subprocess.run([sys.executable, "reproduce/sweep.py", "report", "minatar-batches", "--root",
+    p = subprocess.run([sys.executable, "-m", "reproduce.sweep", "report", "minatar-batches", "--root",
                         str(HERE / "runs"), "--games", *games, "--seeds", *map(str, seeds), "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    committed, fresh = (HERE / "report.md").read_text(), (tmp_path / "report.md").read_text()
-    assert fresh == committed, ("regenerate with: python reproduce/sweep.py publish minatar-batches --root RUNS "
-                                "--out results/minatar-batches")
+    for name in ("report.md", "report.json"):  # the report, and its numbers as data
+        committed, fresh = (HERE / name).read_text(), (tmp_path / name).read_text()
+        assert fresh == committed, (f"{name}: regenerate with: python -m reproduce.sweep publish minatar-batches "
+                                    "--root RUNS --out results/minatar-batches")

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import report  # noqa: E402
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
 from report_helpers import row, section, write_prefix_run, write_run  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 
 def test_read_run_scores_from_the_mean_or_the_returns_and_names_an_empty_evaluation(tmp_path):
@@ -35,8 +36,8 @@ def test_total_timesteps_keeps_one_length_and_lists_the_others(tmp_path):
     write_run(tmp_path / "ABS" / "full", "Amidar-v5", 1, 200.0, total=1000)
     write_run(tmp_path / "ABS" / "mini", "Amidar-v5", 2, 50.0, total=20)
     dirs = ["--runs", f"ABS={tmp_path / 'ABS'}", "--reps", "20"]
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *dirs, "--out", str(tmp_path / "o1")],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), *dirs, "--out", str(tmp_path / "o1")], capture_output=True, text=True,
+                         timeout=120, env=tool_env())
     assert res.returncode == 2 and "pass --total-timesteps N to report only the runs of length N" in res.stderr
     assert report.main([*dirs, "--out", str(tmp_path / "o2"), "--total-timesteps", "1000"]) == 0
     data = section((tmp_path / "o2" / "report.md").read_text(), "Data")
@@ -123,9 +124,8 @@ def test_malformed_eval_results_are_listed_as_skipped_and_the_report_is_made(tmp
         (tmp_path / "A" / name / "eval_results.json").write_text(text)
     (tmp_path / "A" / "latin1").mkdir()
     (tmp_path / "A" / "latin1" / "eval_results.json").write_bytes(b'{"env_id": "Caf\xe9-v5"}')
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), "--runs", f"A={tmp_path / 'A'}",
-                          "--out", str(tmp_path / "out"), "--reps", "20"], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([*tool("report"), "--runs", f"A={tmp_path / 'A'}", "--out", str(tmp_path / "out"),
+                          "--reps", "20"], capture_output=True, text=True, timeout=120, env=tool_env())
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     data = section((tmp_path / "out" / "report.md").read_text(), "Data")
     assert row(data, "A")[2] == "2"  # the two good runs

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import report  # noqa: E402
-import runs  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import report  # noqa: E402
+from reproduce import runs  # noqa: E402
 from report_helpers import row, row_of, section, subsection, write_prefix_run, write_run  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 
 
 def test_mujoco_one_seed_raw_returns(tmp_path):
@@ -151,8 +152,8 @@ def test_prefix_runs_beside_complete_ones(tmp_path):
     assert row_of(late, "Amidar", "P")[2] == "not reached"
     assert row_of(late, "Amidar", "F")[4:] == ["n = 1, no interval", "1"]
     write_prefix_run(tmp_path / "P" / "b", "Amidar-v5", 2, 10.0, 500, 504)
-    res = subprocess.run([sys.executable, str(ROOT / "reproduce" / "report.py"), *dirs, "--out", str(tmp_path / "o2")],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*tool("report"), *dirs, "--out", str(tmp_path / "o2")], capture_output=True, text=True,
+                         timeout=120, env=tool_env())
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2").exists()
     assert "label P has runs that stopped at different steps (50 of 1,000 steps; 500 of 1,000 steps)" in res.stderr
     assert report.main([*dirs, "--out", str(tmp_path / "o3"), "--allow-mixed-timesteps"]) == 0

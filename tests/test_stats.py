@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "reproduce"))
-import events  # noqa: E402
-import figure_data  # noqa: E402
-import runs  # noqa: E402
-import stats  # noqa: E402
-import tables  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import events  # noqa: E402
+from reproduce import figure_data  # noqa: E402
+from reproduce import runs  # noqa: E402
+from reproduce import stats  # noqa: E402
+from reproduce import tables  # noqa: E402
 
 
 def test_score_table_and_hns():

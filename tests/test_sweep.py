@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))
 sys.path.insert(1, str(ROOT))
-import execution  # noqa: E402
-import experiment_file  # noqa: E402
-import experiments  # noqa: E402
-import slurm  # noqa: E402
-import sweep  # noqa: E402
+from reproduce import execution  # noqa: E402
+from reproduce import experiment_file  # noqa: E402
+from reproduce import experiments  # noqa: E402
+from reproduce import slurm  # noqa: E402
+from reproduce import sweep  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 from sweep_standin import make_tiny, starts, sweep_cli  # noqa: E402
 
 
@@ -235,9 +235,8 @@ def test_local_sweep_idempotent_rerun_failure_resume(tiny):
 
 def test_sigterm_to_local_sweep_checkpoints_and_rerun_resumes(tiny):
     opts, exp_dir = tiny
-    cmd = [sys.executable, str(ROOT / "reproduce" / "sweep.py"), "run", "tiny", *opts, "--labels", "A",
-           "--workers", "2", "--extra-args", "--sleep 60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [*tool("sweep"), "run", "tiny", *opts, "--labels", "A", "--workers", "2", "--extra-args", "--sleep 60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tool_env())
     logs = [exp_dir / "A" / "logs" / f"Pong-v5__{s}.log" for s in (1, 2)]
     deadline = time.time() + 60
     while not all(log.exists() and "training" in log.read_text() for log in logs):
@@ -467,7 +466,7 @@ def test_publish_copies_finished_runs_without_checkpoints_and_writes_their_repor
     assert sweep_cli("run", "tiny", *third, "--seeds", "3", "--labels", "B").returncode == 0
     out = sweep_cli("publish", "tiny", *third, "--seeds", "3", "--labels", "B", "--out", "pub", timeout=300)
     assert out.returncode == 0 and "--labels" not in out.stdout, out.stdout + out.stderr
-    assert re.search(r"report\.py --runs A=\S+ B=\S+ .*--seeds 1 2 3", out.stdout), out.stdout
+    assert re.search(r"-m reproduce\.report --runs A=\S+ B=\S+ .*--seeds 1 2 3", out.stdout), out.stdout
     data = (tmp_path / "pub" / "report.md").read_text().split("## Data")[1].split("\n## ")[0]
     assert "| A |" in data and "| B |" in data and "Pong: 2 |" in data and "Pong: 3 |" in data, data
     bad = sweep_cli("publish", "tiny", "--config", opts[1], "--root", str(tmp_path / "none"), "--out", "x")
@@ -559,9 +558,10 @@ def test_slurm_submit_and_run_job_mocked(tiny, tmp_path):
         from submitit.slurm.test_slurm import mocked_slurm
         sys.argv = ["sweep.py", "run", "tiny", *{opts!r}, "--slurm", "--partition", "p", "--time-min", "60"]
         with mocked_slurm():
-            runpy.run_path({str(ROOT / "reproduce" / "sweep.py")!r}, run_name="__main__")
+            runpy.run_module("reproduce.sweep", run_name="__main__", alter_sys=True)
     ''')
-    out = subprocess.run([sys.executable, "-c", submit_py], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", submit_py], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env=tool_env())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "submitted 4 jobs (12_0 ... 12_3)" in out.stdout
     text = next((exp_dir / "submitit").glob("*submission*.sh")).read_text()
@@ -587,7 +587,7 @@ def test_slurm_job_ids_status_and_no_second_submission(tiny, tmp_path):
             sys.argv = ["sweep.py", *args, *{opts!r}]
             print("==>", args[0], flush=True)
             try:
-                runpy.run_path({str(ROOT / "reproduce" / "sweep.py")!r}, run_name="__main__")
+                runpy.run_module("reproduce.sweep", run_name="__main__", alter_sys=True)
             except SystemExit as e:
                 print("exit", e.code, flush=True)
         with mocked_slurm() as mock:
@@ -596,7 +596,8 @@ def test_slurm_job_ids_status_and_no_second_submission(tiny, tmp_path):
             cli("status", "tiny")
             cli("run", "tiny", "--slurm", "--partition", "p")
     ''')
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=tool_env())
     assert out.returncode == 0, out.stdout + out.stderr
     first, status, second = out.stdout.split("==> ")[1:]
     assert "submitted 4 jobs (12_0 ... 12_3)" in first
@@ -775,8 +776,8 @@ def test_a_niced_sweep_gives_its_runs_session_group_its_niceness():
     to its own (here 7 above the suite's), and leaves it alone at niceness 0 (tested when the suite runs at 0)."""
     code = textwrap.dedent(f"""
         import os, subprocess, sys
-        sys.path.insert(0, {str(ROOT / "reproduce")!r})
-        import local_pool
+        sys.path.insert(0, {str(ROOT)!r})  # the reproduce package
+        from reproduce import local_pool
         def group_nice(nice):
             os.nice(nice)
             p = subprocess.Popen(["sleep", "10"], start_new_session=True)

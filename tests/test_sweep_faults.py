@@ -24,14 +24,15 @@ except ImportError:  # (its tests skip)
     pass
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "reproduce"))
-import execution  # noqa: E402
-import experiment_file  # noqa: E402
-import experiments  # noqa: E402
-import sweep  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import execution  # noqa: E402
+from reproduce import experiment_file  # noqa: E402
+from reproduce import experiments  # noqa: E402
+from reproduce import sweep  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
 from sweep_standin import make_tiny, starts, sweep_cli  # noqa: E402
 
-SWEEP = [sys.executable, str(ROOT / "reproduce" / "sweep.py")]
+SWEEP = tool("sweep")
 # The summaries of the two sweeps of one grid (the first is docs/running.md#faults's example)
 FIRST_SUMMARY = "2 of 4 runs finished, 0 failed, 2 running elsewhere, 0 interrupted, 0 not started"
 SECOND_SUMMARY = "4 of 4 runs finished, 0 failed, 0 running elsewhere, 0 interrupted, 0 not started"
@@ -385,12 +386,12 @@ def test_two_sweeps_of_one_grid_started_a_second_apart_share_it_without_a_failur
     cmd = [*SWEEP, "run", "tiny", *opts, "--workers", "2", "--extra-args", f"--hold {hold}"]
     outs = [tmp_path / "first.out", tmp_path / "second.out"]
     with open(outs[0], "w") as out:
-        first = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        first = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=tool_env())
     try:
         wait_for(lambda: all(has(logs[label, 1], "training") for label in "AB"), "the first sweep's seed 1")
         time.sleep(1)
         with open(outs[1], "w") as out:
-            second = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            second = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=tool_env())
         wait_for(lambda: all(has(logs[label, 2], "training") for label in "AB"), "the second sweep's seed 2")
         wait_for(lambda: has(outs[1], "running elsewhere", 2), "the second sweep to leave seed 1")
         assert sorted(re.findall(r"running elsewhere (\w) Pong-v5__(\d) \(another process holds its lock",
@@ -430,7 +431,7 @@ def start_and_kill(opts, exp_dir, hold: Path, out: Path, scripts_too: bool):
         Path(str(hold).format(seed=seed)).touch()
     logs = [exp_dir / "A" / "logs" / f"Pong-v5__{seed}.log" for seed in (1, 2, 3)]
     with open(out, "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=tool_env())
     wait_for(lambda: all(has(log, "checkpoint written") for log in logs[:2]), "seeds 1 and 2 to checkpoint")
     scripts = [pids(log)[0] for log in logs[:2]]
     proc.kill()
@@ -465,7 +466,7 @@ def test_a_sweep_killed_with_its_scripts_then_the_same_command_resumes_each_run_
         release(hold, 1, 2, 3)
     assert [attempts(log) for log in logs[:2]] == [["start", "source", "script"]] * 2 and not logs[2].exists()
     assert row(sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3").stdout, "A") == [0, 0, 2, 0, 1, 0, 0]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=tool_env())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "tiny: 3 runs, 0 already done, 3 to run" in out.stdout
     assert "\n3 of 3 runs finished, 0 failed, 0 running elsewhere, 0 interrupted, 0 not started\n" in out.stdout
@@ -476,7 +477,7 @@ def test_a_sweep_killed_with_its_scripts_then_the_same_command_resumes_each_run_
             assert result["resumed_from"] == str(exp_dir / "A" / f"Pong-v5__{seed}" / "checkpoint.pt")
         else:
             assert attempts(log) == ["start", "source", "script", "exit 0"] and result["resumed_from"] is None
-    again = sweep_cli(*cmd[2:])
+    again = sweep_cli(*cmd[len(SWEEP):])
     assert again.returncode == 0 and "3 already done, 0 to run" in again.stdout, again.stdout
 
 
@@ -490,12 +491,12 @@ def test_a_sweep_killed_alone_leaves_its_scripts_running_and_the_same_command_le
         cmd, logs, scripts = start_and_kill(opts, exp_dir, hold, tmp_path / "killed.out", scripts_too=False)
         before = [log.read_text() for log in logs[:2]]
         assert row(sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3").stdout, "A") == [0, 2, 0, 0, 1, 0, 0]
-        dry = sweep_cli(*cmd[2:], "--dry-run")
+        dry = sweep_cli(*cmd[len(SWEEP):], "--dry-run")
         assert "# skipping 2 run(s) running elsewhere (a process holds their lock): A/Pong-v5__1, A/Pong-v5__2" \
             in dry.stdout and "; 2 running elsewhere" in dry.stdout, dry.stdout
         assert [line for line in dry.stdout.splitlines() if line.startswith("python")][0].count("--seed 3 ") == 1
         with open(tmp_path / "rerun.out", "w") as f:
-            rerun = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+            rerun = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=tool_env())
         wait_for(lambda: has(tmp_path / "rerun.out", "running elsewhere", 2) and has(logs[2], "training"),
                  "the rerun to leave seeds 1 and 2 and start seed 3")
         release(hold, 3)
@@ -514,7 +515,7 @@ def test_a_sweep_killed_alone_leaves_its_scripts_running_and_the_same_command_le
         result = json.loads((exp_dir / "A" / f"Pong-v5__{seed}" / "eval_results.json").read_text())
         assert result["resumed_from"] is None
     assert attempts(logs[2]) == ["start", "source", "script", "exit 0"]
-    again = sweep_cli(*cmd[2:])
+    again = sweep_cli(*cmd[len(SWEEP):])
     assert again.returncode == 0 and "3 already done, 0 to run" in again.stdout, again.stdout
     assert row(sweep_cli("status", "tiny", *opts, "--seeds", "1", "2", "3").stdout, "A") == [3, 0, 0, 0, 0, 0, 0]
 
@@ -552,7 +553,7 @@ def test_a_slurm_job_whose_run_is_running_elsewhere_leaves_it_alone(tiny, capsys
     """A second submission of a run (a resubmitted array) whose run another process owns: the job says so on its
     stderr and ends without starting the script or writing the run's log."""
     pytest.importorskip("submitit")
-    import slurm
+    from reproduce import slurm
 
     opts, exp_dir = tiny
     run = runs_of(opts, [1])[0]

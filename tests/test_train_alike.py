@@ -14,9 +14,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "reproduce" / "train_alike.py"
-sys.path.insert(0, str(ROOT / "reproduce"))
-import train_alike  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the reproduce package
+from reproduce import train_alike  # noqa: E402
+from reproduce_cli import tool, tool_env  # noqa: E402
+
+TOOL = tool("train_alike")
 
 
 def git(repo: Path, *args: str) -> str:
@@ -55,9 +57,9 @@ def test_a_comment_trains_alike_and_a_commit_trains_as_itself(commits, tmp_path)
     """Commits that differ in a comment, and a commit given twice: every logged number, evaluation game and the final
     checkpoint the same, exit 0. A relative --out is the caller's, though the runs start in each commit's tree."""
     repo, c = commits
-    res = subprocess.run([sys.executable, str(TOOL), c["base"], c["comment"], c["base"], "--cases", "abs", "abs",
-                          "--steps", "512", "--repo", str(repo), "--out", "runs"], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+    res = subprocess.run([*TOOL, c["base"], c["comment"], c["base"], "--cases", "abs", "abs", "--steps", "512",
+                          "--repo", str(repo), "--out", "runs"], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env=tool_env())
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [ln for ln in res.stdout.splitlines() if ln.startswith("| ") and "same" in ln]
     assert [r.split(" | ")[0] for r in rows] == [f"| {c['comment']}", f"| {c['base']}"]  # one column: abs once
@@ -68,8 +70,8 @@ def test_a_comment_trains_alike_and_a_commit_trains_as_itself(commits, tmp_path)
 
 def test_a_failed_run_is_exit_3_with_its_log_kept(commits, tmp_path):
     repo, c = commits
-    res = subprocess.run([sys.executable, str(TOOL), c["broken"], c["base"], "--cases", "vanilla", "--repo",
-                          str(repo)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    res = subprocess.run([*TOOL, c["broken"], c["base"], "--cases", "vanilla", "--repo", str(repo)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=tool_env())
     assert res.returncode == 3 and "exited 5 (log: " in res.stderr, res.stderr
     log = Path(res.stderr.split("(log: ")[1].split(")")[0])
     assert log.is_file() and log.name == "vanilla.log"  # kept for reading, with the temporary directory
@@ -82,9 +84,9 @@ def test_sigterm_stops_the_run_in_progress_and_removes_the_temporary_copies(comm
     repo, c = commits
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    p = subprocess.Popen([sys.executable, str(TOOL), c["base"], c["comment"], "--cases", "vanilla", "--steps", "100000",
-                          "--repo", str(repo)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, TMPDIR=str(tmp)))
+    p = subprocess.Popen([*TOOL, c["base"], c["comment"], "--cases", "vanilla", "--steps", "100000", "--repo",
+                          str(repo)], stdout=subprocess.PIPE, text=True,
+                         env=tool_env(dict(os.environ, TMPDIR=str(tmp))))
     assert p.stdout.readline().startswith("training vanilla at ")
     log = next(tmp.glob("train_alike_*/1-*/runs")) / "vanilla.log"
     deadline = time.time() + 120
@@ -138,16 +140,16 @@ def test_compare_names_the_first_difference(tmp_path):
 ])
 def test_bad_input_is_one_line_and_exit_2(commits, args, message, tmp_path):
     repo, _ = commits
-    res = subprocess.run([sys.executable, str(TOOL), *args, "--out", str(tmp_path / "new"),
+    res = subprocess.run([*TOOL, *args, "--out", str(tmp_path / "new"),
                           *(["--repo", str(repo)] if "--repo" not in args else [])],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=tool_env())
     assert res.returncode == 2 and message in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
     assert not (tmp_path / "new").exists()
 
 
 def test_an_existing_out_is_refused(commits, tmp_path):
-    res = subprocess.run([sys.executable, str(TOOL), "HEAD~1", "HEAD~2", "--repo", str(commits[0]), "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([*TOOL, "HEAD~1", "HEAD~2", "--repo", str(commits[0]), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env=tool_env())
     assert res.returncode == 2 and f"--out {tmp_path} exists" in res.stderr
 
 
