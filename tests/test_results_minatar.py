@@ -1,10 +1,13 @@
-"""results/minatar-batches/, published run by run while its grid runs (docs/results-minatar-batches.md): every
-published run is whole (result, events, log; no checkpoint), trained at the analysis's commit with the grid's flags,
-and the committed report is what reproduce/sweep.py makes again of the published runs (their games and seeds)."""
+"""results/minatar-batches/ and results/minatar-anchor/, published run by run while their grids run
+(docs/results-minatar-batches.md, docs/minatar.md): every published run is whole (result, events, log; no
+checkpoint), trained at the analysis's commit with the grid's flags, and each committed report is what
+reproduce/sweep.py makes again of the published runs (their games and seeds)."""
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "results" / "minatar-batches"
@@ -15,8 +18,9 @@ LABEL_FLAGS = {"ABS": {"adapt": True}, "Small": {"adapt": False, "num_steps": 16
                "Large": {"adapt": False, "num_steps": 64}}
 
 
-def published():
-    return sorted((d.parent.name, *d.name.rsplit("__", 1)) for d in RUNS.glob("*/*__*") if d.is_dir())
+def published(grid="minatar-batches"):
+    runs = ROOT / "results" / grid / "runs" / grid
+    return sorted((d.parent.name, *d.name.rsplit("__", 1)) for d in runs.glob("*/*__*") if d.is_dir())
 
 
 def test_every_published_run_is_whole_and_of_the_preregistered_grid():
@@ -34,15 +38,16 @@ def test_every_published_run_is_whole_and_of_the_preregistered_grid():
         assert f"[sweep] source: commit {ANALYSIS_COMMIT}" in log
 
 
-def test_the_report_is_made_again_from_the_published_runs(tmp_path):
-    runs = published()
+@pytest.mark.parametrize("grid", ["minatar-batches", "minatar-anchor"])
+def test_the_report_is_made_again_from_the_published_runs(tmp_path, grid):
+    here, runs = ROOT / "results" / grid, published(grid)
     games = sorted({g for _, g, _ in runs})
     seeds = sorted({int(s) for _, _, s in runs})
-    p = subprocess.run([sys.executable, "-m", "reproduce.sweep", "report", "minatar-batches", "--root",
-                        str(HERE / "runs"), "--games", *games, "--seeds", *map(str, seeds), "--out", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "reproduce.sweep", "report", grid, "--root",
+                        str(here / "runs"), "--games", *games, "--seeds", *map(str, seeds), "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     for name in ("report.md", "report.json"):  # the report, and its numbers as data
-        committed, fresh = (HERE / name).read_text(), (tmp_path / name).read_text()
-        assert fresh == committed, (f"{name}: regenerate with: python -m reproduce.sweep publish minatar-batches "
-                                    "--root RUNS --out results/minatar-batches")
+        committed, fresh = (here / name).read_text(), (tmp_path / name).read_text()
+        assert fresh == committed, (f"{name}: regenerate with: python -m reproduce.sweep publish {grid} "
+                                    f"--root RUNS --out results/{grid}")
