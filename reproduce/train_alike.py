@@ -1,11 +1,13 @@
-"""Do two commits of abs_pqn_atari.py train alike? The same tiny runs at each commit, every logged number compared.
+"""Do two commits of a training script train alike? The same tiny runs at each commit, every logged number compared.
 
     python -m reproduce.train_alike 3a05cee a33334c 0c283d3
+    python -m reproduce.train_alike 3a05cee HEAD --script abs_btr.py
 
 A grid that runs for days can span commits of this project. Its runs are one experiment only if each commit trains
 as the others do; this tool shows it. For each commit it extracts the tree (`git archive`, nothing is checked out),
-runs the same short Breakout runs of abs_pqn_atari.py with each case's flags (one torch and one envpool thread, on
-the CPU, seed 1), and compares them with the first commit's runs:
+runs the same short runs of `--script` (default abs_pqn_atari.py; every training script has its tiny setup in SETUPS:
+Breakout for the Atari scripts, Breakout-MinAtar, InvertedPendulum-v5) with each case's flags (one torch thread and
+one envpool thread, on the CPU, seed 1), and compares them with the first commit's runs:
 
 - every scalar of the TensorBoard events, step by step and bit for bit, except the wall-clock ones (`*SPS*`,
   `*_seconds`),
@@ -15,9 +17,10 @@ the CPU, seed 1), and compares them with the first commit's runs:
   goes on with the first commit's flags and the second's code; a default changed between the commits shows only
   where these short runs use it.
 
-Cases (--cases): `abs` (PQN + ABS, L in [4, 16], K = 2, W = 2), `vanilla` (fixed L = 8, measuring the divergence it
-does not use), `resumed` (the `abs` run stopped half-way by --stop-at-step and resumed from its checkpoint: this
-is how a grid's runs continue after a machine stops). A commit whose flags differ from these cannot be compared here.
+Cases (--cases): `abs` (the adaptive batch: for PQN + ABS, L in [4, 16], K = 2, W = 2; gns_pqn_atari.py's GNS
+controller), `vanilla` (a fixed batch, measuring the divergence it does not use where the script can), `resumed` (the
+`abs` run stopped half-way by --stop-at-step and resumed from its checkpoint: this is how a grid's runs continue
+after a machine stops). A commit whose flags differ from these cannot be compared here.
 
 Prints a table, one row per commit and one column per case ("same" or the first difference), and exits 0 when every
 run is the same as the first commit's, 1 when one differs, 2 on bad input (before anything is created), 3 when a run
@@ -42,20 +45,50 @@ import torch
 from .cli import Parser
 from .events import read_run_events
 
-SCRIPT = "abs_pqn_atari.py"
-CASES = {
-    "abs": ["--num-steps-min", "4", "--num-steps-max", "16", "--adapt-freq", "2", "--window", "2"],
-    "vanilla": ["--no-adapt", "--num-steps", "8", "--track-divergence", "--adapt-freq", "2"],
+ATARI_EVAL = ["--eval-episodes", "4", "--eval-num-envs", "2", "--eval-max-episode-steps", "200"]
+PQN_CASES = {"abs": ["--num-steps-min", "4", "--num-steps-max", "16", "--adapt-freq", "2", "--window", "2"],
+             "vanilla": ["--no-adapt", "--num-steps", "8", "--track-divergence", "--adapt-freq", "2"]}
+# script -> (the flags of its every run: a tiny network or batch, 4 evaluation games; each case's flags)
+SETUPS = {
+    "abs_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--env-threads", "1",
+                          *ATARI_EVAL], PQN_CASES),
+    "gns_pqn_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--num-minibatches", "2", "--env-threads", "1",
+                          *ATARI_EVAL],
+                         {"abs": ["--num-steps-min", "1", "--num-steps-max", "8", "--gns-freq", "2",
+                                  "--gns-micro-batches", "2"],
+                          "vanilla": ["--no-adapt", "--num-steps", "8"]}),
+    "abs_ppo_atari.py": (["--env-id", "Breakout-v5", "--num-envs", "4", "--num-minibatches", "2", "--update-epochs",
+                          "1", "--epochs-ref-steps", "8", "--env-threads", "1", *ATARI_EVAL],
+                         {"abs": ["--num-steps-min", "4", "--num-steps-max", "16", "--adapt-freq", "2", "--window", "2",
+                                  "--kl-low", "1e-7", "--kl-high", "0.1"],
+                          "vanilla": ["--no-adapt", "--num-steps", "8", "--track-divergence", "--adapt-freq", "2"]}),
+    "abs_ppo_mujoco.py": (["--env-id", "InvertedPendulum-v5", "--num-minibatches", "4", "--eval-episodes", "4"],
+                          {"abs": ["--num-steps-min", "64", "--num-steps-max", "256", "--adapt-freq", "2", "--window",
+                                   "2"],
+                           "vanilla": ["--no-adapt", "--num-steps", "128", "--track-divergence", "--adapt-freq",
+                                       "2"]}),
+    "abs_btr.py": (["--env-id", "Breakout-v5", "--num-envs", "8", "--buffer-size", "4096", "--learning-starts", "400",
+                    "--no-impala", "--hidden-size", "16", "--num-cosines", "16", "--exploration-steps", "400",
+                    "--target-network-frequency", "10", "--env-threads", "1", *ATARI_EVAL],
+                   {"abs": ["--batch-size-min", "32", "--batch-size-max", "64", "--ref-batch-size", "64",
+                            "--adapt-freq", "2", "--divergence-span", "1", "--window", "2"],
+                    "vanilla": ["--no-adapt", "--batch-size", "32", "--track-divergence", "--adapt-freq", "2",
+                                "--divergence-span", "1"]}),
+    "abs_pqn_minatar.py": (["--env-id", "Breakout-MinAtar", "--num-envs", "8", "--num-minibatches", "2",
+                            *ATARI_EVAL], PQN_CASES),
 }
-CASES["resumed"] = CASES["abs"]
+CASES = ("abs", "vanilla", "resumed")  # resumed: the abs run, stopped half-way and resumed
 
 
-def common_flags(steps: int) -> list[str]:
-    """The flags every run shares: a short prefix (--stop-at-step) of a longer schedule, checkpoints, 4 games."""
-    return ["--env-id", "Breakout-v5", "--seed", "1", "--num-envs", "8", "--num-minibatches", "2",
-            "--total-timesteps", str(4 * steps), "--torch-threads", "1", "--env-threads", "1", "--no-cuda",
-            "--log-every-seconds", "0", "--checkpoint-every", str(max(1, steps // 3)), "--eval-episodes", "4",
-            "--eval-num-envs", "2", "--eval-max-episode-steps", "200"]
+def common_flags(script: str, steps: int) -> list[str]:
+    """The flags every run of `script` shares: its setup, a short prefix (--stop-at-step) of a longer schedule,
+    checkpoints, one thread each."""
+    return [*SETUPS[script][0], "--seed", "1", "--total-timesteps", str(4 * steps), "--torch-threads", "1",
+            "--no-cuda", "--log-every-seconds", "0", "--checkpoint-every", str(max(1, steps // 3))]
+
+
+def case_flags(script: str, case: str) -> list[str]:
+    return SETUPS[script][1]["abs" if case == "resumed" else case]
 
 
 def is_wall_clock(tag: str) -> bool:
@@ -123,11 +156,11 @@ def compare(a: Path, b: Path) -> str:
             + (", checkpoint)" if ca.exists() else ")"))
 
 
-def run(tree: Path, out: Path, case: str, steps: int) -> None:
-    """Train one case at the commit extracted in `tree`; its run directory is out/case."""
+def run(tree: Path, out: Path, script: str, case: str, steps: int) -> None:
+    """Train one case of `script` at the commit extracted in `tree`; its run directory is out/case."""
     def train(extra: list[str], log: str) -> None:
-        cmd = [sys.executable, SCRIPT, *common_flags(steps), *CASES[case], "--output-dir", str(out),
-               "--run-name", case, *extra]
+        cmd = [sys.executable, script, *common_flags(script, steps), *case_flags(script, case), "--output-dir",
+               str(out), "--run-name", case, *extra]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         with open(out / log, "w") as f:
             res = subprocess.run(cmd, cwd=tree, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -143,7 +176,8 @@ def run(tree: Path, out: Path, case: str, steps: int) -> None:
 def parse(argv=None) -> argparse.Namespace:
     p = Parser(description=__doc__.split("\n\n")[0], name="train_alike.py")
     p.add_argument("commits", nargs="+", help="two or more commits; each is compared with the first")
-    p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the runs to compare")
+    p.add_argument("--script", choices=list(SETUPS), default="abs_pqn_atari.py", help="the training script compared")
+    p.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="the runs to compare")
     p.add_argument("--steps", type=int, default=6000, help="environment steps per run (of a 4x longer schedule)")
     p.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the git repository")
     p.add_argument("--out", type=Path, help="keep the runs here (a new directory); default: a temporary one")
@@ -164,9 +198,9 @@ def parse(argv=None) -> argparse.Namespace:
                               f"{c}^{{commit}}"], capture_output=True, text=True)
         if res.returncode:
             p.error(f"commits: {c!r} is not a commit of {a.repo}")
-        if subprocess.run(["git", "-C", str(a.repo), "cat-file", "-e", f"{c}:{SCRIPT}"],
+        if subprocess.run(["git", "-C", str(a.repo), "cat-file", "-e", f"{c}:{a.script}"],
                           capture_output=True).returncode:
-            p.error(f"commits: {c!r} has no {SCRIPT}")
+            p.error(f"commits: {c!r} has no {a.script}")
         a.shas.append(res.stdout.strip())
     return a
 
@@ -196,13 +230,14 @@ def main(argv=None) -> int:
             for case in a.cases:
                 print(f"training {case} at {c} ...", flush=True)
                 try:
-                    run(tree, out, case, a.steps)
+                    run(tree, out, a.script, case, a.steps)
                 except RuntimeError as e:  # a run that failed: its log is kept, with every other run
                     failed = True
                     print(f"train_alike.py: {e}", file=sys.stderr)
                     return 3
             dirs.append(out)
-        print(f"\n{SCRIPT}, Breakout, {a.steps} steps per run; each commit against {a.commits[0]} ({a.shas[0]}):\n")
+        env = SETUPS[a.script][0][1]
+        print(f"\n{a.script}, {env}, {a.steps} steps per run; each commit against {a.commits[0]} ({a.shas[0]}):\n")
         print("| commit | " + " | ".join(a.cases) + " |")
         print("|---|" + "---|" * len(a.cases))
         differs = False
