@@ -172,3 +172,17 @@ def test_checkpoint_difference_names_the_first_place():
         == "/scheduler/window[1]"
     assert train_alike.checkpoint_difference(ca, checkpoint(rng={"python": (3, (1, 3), None)})) == "/rng/python[1][1]"
     assert train_alike.checkpoint_difference(ca, checkpoint(iteration=7)) == "top level: keys only in one: iteration"
+
+
+@pytest.mark.parametrize("script", list(train_alike.SETUPS))
+def test_every_scripts_setup_is_a_valid_run_of_it(script, tmp_path):
+    """Each case's flags are accepted by the script as it is now (an adaptive run, a fixed one): a commit that
+    refuses them cannot be compared, and this one must not be such a commit."""
+    from scripts import SCRIPTS
+    assert set(train_alike.SETUPS) == set(SCRIPTS)
+    module = SCRIPTS[script].module()
+    for case in train_alike.CASES:
+        flags = [*train_alike.common_flags(script, 512), *train_alike.case_flags(script, case)]
+        args, checkpoint = module.parse_args([*flags, "--output-dir", str(tmp_path), "--run-name", case])
+        assert checkpoint is None and args.adapt == (case != "vanilla") and args.total_timesteps == 4 * 512
+    assert not list(tmp_path.iterdir())  # parsing creates nothing
