@@ -362,6 +362,13 @@ def test_a_finished_run_whose_last_event_is_refused_keeps_its_result_and_says_so
     run.lock.close()
 
 
+def tiny_minatar(out, *extra):  # MinAtar's small network: a run of 4,096 steps and its checkpoints in seconds
+    return [sys.executable, str(ROOT / "abs_pqn_minatar.py"), "--env-id", "Breakout-MinAtar", "--num-envs", "8",
+            "--num-steps-min", "4", "--num-steps-max", "8", "--num-minibatches", "2", "--total-timesteps", "4096",
+            "--output-dir", str(out), "--run-name", "r", "--eval-episodes", "0", "--torch-threads", "1",
+            "--log-every-seconds", "0", *extra]
+
+
 def without_capabilities(command: list) -> list:
     """command in a new user namespace without a mapping: the same uid outside, but without root's capabilities
     inside, so that `chmod a-w` binds root as it binds any user (skipped where there is no unshare or none is
@@ -375,14 +382,13 @@ def without_capabilities(command: list) -> list:
 
 
 def test_a_run_directory_made_read_only_mid_run_is_one_line_and_the_same_resume_finishes(tmp_path):
-    """`chmod -R a-w` on the run directory while the script trains (stopped with SIGSTOP once its first checkpoint
-    exists, so that the change lands mid-run): its next checkpoint is refused, one line names the permission and the
-    intact checkpoint, exit 4, no traceback; made writable again, the line's --resume finishes the run."""
+    """`chmod -R a-w` on the run directory while abs_pqn_minatar.py trains (stopped with SIGSTOP once its first
+    checkpoint exists, so that the change lands mid-run): its next checkpoint is refused, one line names the
+    permission and the intact checkpoint, exit 4, no traceback; made writable again, the line's --resume finishes."""
     import signal
     import time
     run_dir = tmp_path / "r"
-    p = subprocess.Popen(without_capabilities(tiny_pqn(tmp_path, "--checkpoint-every", "64", "--total-timesteps",
-                                                       "4096")),
+    p = subprocess.Popen(without_capabilities(tiny_minatar(tmp_path, "--checkpoint-every", "64")),
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
@@ -403,6 +409,7 @@ def test_a_run_directory_made_read_only_mid_run_is_one_line_and_the_same_resume_
     step = int(lines[0].split("at global_step ")[1].split(",")[0])
     assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["global_step"] == step < 4096
     assert not list(run_dir.glob("*.tmp"))
-    p = subprocess.run(tiny_pqn(tmp_path)[:2] + resume.split(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(tiny_minatar(tmp_path)[:2] + resume.split(), cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
     assert p.returncode == 0, p.stderr
     assert json.loads((run_dir / "eval_results.json").read_text())["global_step"] == 4096
