@@ -189,3 +189,10 @@ def test_the_committed_videos_are_the_published_runs_own_evaluation():
         assert len(frames) == ev["lengths"][chosen] + 1
         size += os.path.getsize(f"{here}/videos/{folder}/videos/{video}")
     assert size < 400_000
+
+
+def test_play_knows_every_script_of_the_table_and_its_network_key():
+    """play.py's --algo choices and network keys are the scripts of tests/scripts.py, the one table of them: a new
+    script that play.py does not know fails here."""
+    assert set(play.SCRIPTS) == {s.name for s in SCRIPTS.values()}
+    assert all(play.NETWORK_KEY.get(s.name, "q_network") == s.network for s in SCRIPTS.values())
