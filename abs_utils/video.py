@@ -72,10 +72,9 @@ class Recorder:
         self.envs = list(range(min(videos.episodes, num_envs)))
         self.writers: dict = {}  # env -> (temporary path, ffmpeg generator) of the game it plays now
         self.kept: list[str] = []
+        # a stopped evaluation's files are gone: Run.end_training removed them (remove_stale_videos); play.py films
+        # into a new folder
         os.makedirs(videos.directory, exist_ok=True)
-        for name in os.listdir(videos.directory):  # of an evaluation stopped by a signal (its games are played again)
-            if name.startswith(f".{videos.name}__env") and name.endswith(".partial.mp4"):
-                os.remove(os.path.join(videos.directory, name))
 
     @property
     def done(self) -> bool:
