@@ -189,8 +189,36 @@ def aggregate_figure(agg, out):
     return save(fig, out, "aggregates", ["label", "metric", "point", "ci_low", "ci_high", "n_games", "n_runs"], rows)
 
 
-def figures_section(fd: FigureData, agg: dict, out: Path) -> list[str]:
-    """Draw every figure of figure_data's into out, and return the report's section that lists them."""
+def batch_claims_figure(a, colors: dict, out):
+    """The aggregates of a pre-registered batch analysis (batch_claims.BatchAnalysis) across games: the IQM of each
+    label's normalised score, and rliable's probability that a run of the reference label beats one of each fixed
+    label, each with its 95% stratified bootstrap interval; 1 (the normaliser's mean) and 0.5 (no difference) marked."""
+    ref, labels = a.plan.reference, [a.plan.reference, *a.plan.baselines]
+    fig, axes = subplots(1, 2, figsize=(10, 0.5 * len(labels) + 2.2))
+    used = [g for g in a.normalisers if g not in a.left_out]
+    fig.suptitle(f"Across {len(used)} games" + (f" ({', '.join(a.left_out)} left out)" if a.left_out else "")
+                 + ": point and 95% stratified bootstrap interval")
+    rows = []
+    for ax, metric, names, values, what, mark in (
+            (axes[0], "IQM of normalised score", labels, [a.iqm[lb] for lb in labels],
+             f"IQM of normalised score (1 = {a.plan.normaliser}'s mean)", 1.0),
+            (axes[1], f"P({ref} > label)", [c.baseline for c in a.claims], [c.poi for c in a.claims],
+             f"P({ref} > label): probability of improvement", 0.5)):
+        p, lo, hi = (np.array(x, dtype=float) for x in zip(*values))
+        for i, name in enumerate(names):
+            ax.errorbar(p[i], i, xerr=[[max(p[i] - lo[i], 0)], [max(hi[i] - p[i], 0)]], fmt="o", capsize=4,
+                        color=f"C{colors.get(name, 0)}")
+        ax.axvline(mark, color="k", lw=0.8, ls="--")
+        ax.set_yticks(np.arange(len(names)), names)
+        ax.set_ylim(len(names) - 0.4, -0.6)  # the first name on top
+        ax.set(xlabel=what)
+        rows += [[name, metric, p[i], lo[i], hi[i]] for i, name in enumerate(names)]
+    return save(fig, out, "batch_claims", ["label", "metric", "point", "ci_low", "ci_high"], rows)
+
+
+def figures_section(fd: FigureData, agg: dict, out: Path, claims=None) -> list[str]:
+    """Draw every figure of figure_data's into out, and that of a batch analysis's aggregates (claims, once they
+    exist), and return the report's section that lists them."""
     figures = [learning_curves_figure(fd.learning, out)]
     if fd.learning_ci:
         figures.append(learning_ci_figure(fd.learning_ci, out) + ": the same curves with a Student-t 95% band over "
@@ -217,6 +245,11 @@ def figures_section(fd: FigureData, agg: dict, out: Path) -> list[str]:
         figures.append(improvement_figure(fd.bars, out))
     if agg:
         figures.append(aggregate_figure(agg, out))
+    if claims is not None and claims.iqm:
+        colors = {label: color for strip in fd.strips or () for label, color, _ in strip.arms}
+        figures.append(batch_claims_figure(claims, colors, out) + ": the pre-registered analysis's aggregates across "
+                       "games, the IQM of the normalised score per label and the probability of improvement of "
+                       f"{claims.plan.reference} over each fixed label, with their 95% intervals")
     if fd.left:
         figures.append("not in the learning curves or the adapt figure (event files damaged or incomplete): "
                        + ", ".join(f"{r.label} {r.game} seed {r.seed}" for r in fd.left))

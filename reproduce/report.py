@@ -109,7 +109,10 @@ def measure(f: Frame, table: dict, args) -> Measured:
     plan = MUJOCO_5M if is_preregistered(MUJOCO_5M, args.benchmark, data, games, f.pairs) else None
     analysis = preregistered(plan, evaluation, dict(zip(SECONDARY, (final, el.area, el.early, el.late))), games,
                              args.last_games) if plan else None
-    figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan else None)
+    claims = batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed) \
+        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None
+    # A pre-registered analysis's figures: each seed's evaluation return and the curves with a 95% band
+    figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan or claims else None)
     return Measured(
         capped=capped_evaluations(data, games, table), constant=near_constant_evaluations(data, games), agg=agg,
         agg_notes=agg_notes, evaluation=evaluation,
@@ -118,8 +121,7 @@ def measure(f: Frame, table: dict, args) -> Measured:
         final=final, early_late=el, trends=trends, trend_counts=trend_counts(trends, f.labels), rates=rates,
         times=machine_time(data, games),
         figures=figures, preregistered=analysis,
-        batch_claims=batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed)
-        if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None,
+        batch_claims=claims,
         quoted=quoted(data, games, evaluation, el, trends, plan, figures))
 
 
@@ -158,7 +160,7 @@ def write_report(data, games, notes, args, table) -> Path:
     md += divergence_trend_section(f, m.trends, m.trend_counts)
     md += improvement_section(m.rates, games, ref, skipped, f.at)
     md += machine_time_section(m.times)
-    md += figures_section(m.figures, m.agg, out)
+    md += figures_section(m.figures, m.agg, out, m.batch_claims)
     (out / "report.md").write_text("\n".join(md))
     write_data(out / "report.json", report_data(f, m))
     return out / "report.md"

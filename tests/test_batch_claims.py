@@ -1,6 +1,7 @@
 """The MinAtar study's pre-registered analysis (reproduce/batch_claims.py, docs/results-minatar-batches.md): its
 decisions on made-up grids whose answer is known, its normalised IQM against an independent computation, the
 Bonferroni bound while runs are missing, and the report's section on a grid of written runs."""
+import csv
 import sys
 from pathlib import Path
 
@@ -89,13 +90,13 @@ def test_a_game_vanilla_does_not_learn_is_left_out_of_the_aggregate():
 
 
 def test_report_of_a_minatar_grid_has_the_section(tmp_path):
-    roots = {}
+    roots, written = {}, {}
     shift = {"ABS": 5.0, "Small": 0.0, "Vanilla": 0.0, "Large": -1.0}
     for lb in LABELS:
         for g in PLAN.tasks:
             for s in range(1, 11):
-                write_run(tmp_path / lb / f"{g}__{s}", g, s, 20.0 + shift[lb] + 0.3 * ((s * 7 + len(lb)) % 10),
-                          total=10_000_000)
+                written[(g, lb, s)] = 20.0 + shift[lb] + 0.3 * ((s * 7 + len(lb)) % 10)
+                write_run(tmp_path / lb / f"{g}__{s}", g, s, written[(g, lb, s)], total=10_000_000)
         roots[lb] = tmp_path / lb
     out = tmp_path / "report"
     p = report_cli("--runs", *[f"{lb}={d}" for lb, d in roots.items()], "--benchmark", "minatar", "--out", str(out),
@@ -105,3 +106,23 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
     assert "## Pre-registered analysis: the batch claims" in md
     assert "**ABS beats Small**" in md and "**ABS beats Large**" in md and "**ABS beats Vanilla**" in md
     assert "Adjusted p: Holm's, over the 15 tests (all complete)." in md
+
+    # The figures a reader looks at first: each run's evaluation return as a dot, the curves with a 95% band, and
+    # the aggregates with their intervals, each beside a CSV of what it draws.
+    for name in ("evaluation_by_seed", "learning_curves_ci", "batch_claims"):
+        assert (out / f"{name}.png").stat().st_size > 0 and f"`{name}.png`" in md
+    dots = list(csv.DictReader(open(out / "evaluation_by_seed.csv")))
+    assert len(dots) == 200
+    assert all(float(r["evaluation_return"]) == pytest.approx(written[(r["game"], r["label"], int(r["seed"]))])
+               for r in dots)
+    aggregates = {(r["label"], r["metric"]): r for r in csv.DictReader(open(out / "batch_claims.csv"))}
+    vanilla = {g: np.mean([written[(g, "Vanilla", s)] for s in range(1, 11)]) for g in PLAN.tasks}
+    for lb in LABELS:  # the IQM against scipy's trimmed mean of the normalised returns
+        normalised = [(written[(g, lb, s)] - RANDOM[g]) / (vanilla[g] - RANDOM[g]) for g in PLAN.tasks
+                      for s in range(1, 11)]
+        r = aggregates[(lb, "IQM of normalised score")]
+        assert float(r["point"]) == pytest.approx(scipy.stats.trim_mean(normalised, 0.25))
+        assert float(r["ci_low"]) <= float(r["point"]) <= float(r["ci_high"])
+    for b in PLAN.baselines:  # every ABS run is above every run of each fixed label on its game
+        r = aggregates[(b, "P(ABS > label)")]
+        assert (float(r["point"]), float(r["ci_low"]), float(r["ci_high"])) == (1.0, 1.0, 1.0)
