@@ -51,3 +51,18 @@ def test_the_report_is_made_again_from_the_published_runs(tmp_path, grid):
         committed, fresh = (here / name).read_text(), (tmp_path / name).read_text()
         assert fresh == committed, (f"{name}: regenerate with: python -m reproduce.sweep publish {grid} "
                                     f"--root RUNS --out results/{grid}")
+
+
+def test_the_side_by_side_with_purejaxql_is_made_again_from_the_published_files(tmp_path):
+    """docs/minatar.md's comparison, from the published anchor runs and purejaxql's published JSON files."""
+    here = ROOT / "results" / "minatar-anchor"
+    jsons = sorted((here / "purejaxql").glob("*.json"))
+    if not jsons:
+        pytest.skip("no purejaxql run published yet")
+    ours = here / "runs" / "minatar-anchor" / "PQN"
+    p = subprocess.run([sys.executable, "-m", "reproduce.anchor", "--ours", str(ours), "--purejaxql", *map(str, jsons),
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for name in ("beside_purejaxql.md", "beside_purejaxql_curves.csv", "beside_purejaxql_finals.csv"):
+        assert (tmp_path / name).read_text() == (here / name).read_text(), (
+            f"{name}: regenerate with docs/minatar.md's command (python -m reproduce.anchor ...)")
