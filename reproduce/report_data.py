@@ -15,6 +15,7 @@ Layout (every key a name; a game, label, seed or outcome is a key, never a posit
 - "trends": {game: {label: {seed: measures.Trend}}}, "trend_counts": {label: measures.TrendCount};
 - "machine_time": {label: measures.machine_time's, its ranges as {"lowest", "highest"}}; "preregistered":
   measures.Preregistered with "tasks" keyed by task and a task's "seeds" by label, or null;
+- "batch_claims": reproduce/batch_claims.py's analysis (report_data.batch_claims), or null;
 - "capped": the runs with evaluation episodes cut at the step cap, and the games where every episode was;
   "constant": the runs whose evaluation policy was near-constant (measures.near_constant_evaluations);
 - "quoted": quoted.py's.
@@ -100,10 +101,26 @@ def report_data(f, m) -> dict:
                          for lb, t in m.times.items()},
         "preregistered": {**plain(pr), "tasks": {t.task: {**plain(t), "seeds": dict(zip(pr.plan.pair, plain(t.seeds)))}
                                                  for t in pr.tasks}} if pr else None,
+        "batch_claims": batch_claims(m.batch_claims),
         "capped": {"runs": [{**run(r), "capped": r.capped, "episodes": r.eval_episodes} for r in m.capped[0]],
                    "every_episode": m.capped[1]},
         "constant": [{**run(r), "action": action, "share": share} for r, action, share in m.constant],
         "quoted": plain(m.quoted)}
+
+
+def interval(x) -> dict:
+    """A (point, lo, hi) by name."""
+    return dict(zip(("point", "lo", "hi"), plain(x)))
+
+
+def batch_claims(a) -> dict | None:
+    """batch_claims.BatchAnalysis by name: "tests" {baseline: {game: PairTest}}, "claims" {baseline: Claim, its
+    "poi" an interval}, "iqm" {label: interval}; or null where the report's runs are not such a grid's."""
+    if a is None:
+        return None
+    return {**plain(a), "tests": {b: {t.game: plain(t) for t in a.tests if t.baseline == b} for b in a.plan.baselines},
+            "claims": {c.baseline: {**plain(c), "poi": interval(c.poi)} for c in a.claims},
+            "iqm": {lb: interval(x) for lb, x in a.iqm.items()}}
 
 
 def run(r) -> dict:

@@ -2,6 +2,7 @@
 decisions on made-up grids whose answer is known, its normalised IQM against an independent computation, the
 Bonferroni bound while runs are missing, and the report's section on a grid of written runs."""
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -126,3 +127,10 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
     for b in PLAN.baselines:  # every ABS run is above every run of each fixed label on its game
         r = aggregates[(b, "P(ABS > label)")]
         assert (float(r["point"]), float(r["ci_low"]), float(r["ci_high"])) == (1.0, 1.0, 1.0)
+    # report.json holds the same analysis by name, for the results page's words
+    data = json.loads((out / "report.json").read_text())["batch_claims"]
+    assert {b: c["decision"] for b, c in data["claims"].items()} == {b: bc.BEATS for b in PLAN.baselines}
+    large = aggregates[("Large", "IQM of normalised score")]
+    assert data["iqm"]["Large"]["point"] == pytest.approx(float(large["point"]))
+    assert data["tests"]["Small"]["Breakout-MinAtar"]["difference"]["diff"] == pytest.approx(5.0 + 0.3 * (
+        np.mean([(s * 7 + 3) % 10 for s in range(1, 11)]) - np.mean([(s * 7 + 5) % 10 for s in range(1, 11)])))
