@@ -13,6 +13,7 @@ import scipy.stats
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the reproduce package
 from reproduce import batch_claims as bc  # noqa: E402
+from reproduce import minatar_page  # noqa: E402
 from report_helpers import report_cli, write_run  # noqa: E402
 from reproduce.runs import load_minatar_random  # noqa: E402
 from reproduce.stats import compare  # noqa: E402
@@ -134,3 +135,10 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
     assert data["iqm"]["Large"]["point"] == pytest.approx(float(large["point"]))
     assert data["tests"]["Small"]["Breakout-MinAtar"]["difference"]["diff"] == pytest.approx(5.0 + 0.3 * (
         np.mean([(s * 7 + 3) % 10 for s in range(1, 11)]) - np.mean([(s * 7 + 5) % 10 for s in range(1, 11)])))
+    # the results page's words for it (reproduce/minatar_page.py): every claim decided, with its numbers
+    words = " ".join(minatar_page.verdict(json.loads((out / "report.json").read_text())).split())
+    assert ("200 of 200 runs are in; games with every run in: Asterix, Breakout, Freeway, Seaquest, SpaceInvaders."
+            in words)
+    for b in PLAN.baselines:
+        assert f"**ABS beats {b}**: P(ABS > {b}) = 1.000 [1.000, 1.000]; ABS is above {b} on 5 of 5 games" in words
+    assert "IQM of the normalised score (0 = random, 1 = Vanilla's mean): ABS " in words

@@ -30,7 +30,7 @@ def test_no_module_of_reproduce_is_over_450_lines():
 
 
 # the results pages' tools: they word the numbers of a report's report.json (report_data.py) and compute nothing
-PAGE_TOOLS = ("mujoco_page.py", "early_page.py")
+PAGE_TOOLS = ("mujoco_page.py", "early_page.py", "minatar_page.py")
 # what computing or reading the runs would import: statistics, arrays, the measuring stages, the readers of runs,
 # events and figure data
 NOT_IN_A_PAGE_TOOL = {"numpy", "scipy", "rliable", "csv", "stats", "measures", "quoted", "events", "runs",

@@ -1,0 +1,190 @@
+"""Word the verdict of docs/results-minatar-batches.md from the study's report.json, and check that the page holds it.
+
+    python -m reproduce.minatar_page            # print the page's "## Verdict" section
+    python -m reproduce.minatar_page --check    # exit 1 when the page's section is not that text, word for word
+    python -m reproduce.minatar_page --write    # replace the page's section with it (after publishing runs)
+
+The verdict follows the rule the page fixed before the runs ("The analysis, fixed before the runs"): per fixed label
+F, the claim's decision (batch_claims.py) with P(ABS > F) and the games ABS is above or below F on; per game, ABS - F
+with Welch's interval and the Holm-adjusted p; the IQM of the normalised score; then the secondary outcomes,
+described and not tested, beside the paper's counts. While runs are missing it says how many are in and which
+claims wait. Every number is the report's own, read by name from its report.json (report_data.py): this file only
+words them.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from .cli import Parser
+from .report_data import difference, number, read_data
+from .tables import fmt, fmt_p, md_table, welch_text
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "results" / "minatar-batches" / "report.json"
+PAGE = ROOT / "docs" / "results-minatar-batches.md"
+HEADING = "## Verdict"
+# The paper's counts over its 10 Atari games (Section 5.2 and Table 2), which the secondary outcomes are set beside
+PAPER = {"best": 8, "early": 7, "late": 6, "games": 10}
+CLAIM = {"beats": "**{ref} beats {b}**", "is worse than": "**{ref} is worse than {b}**",
+         "no difference": "**No difference could be seen between {ref} and {b}**",
+         "incomplete": "**{ref} against {b}: not decided yet**"}
+
+
+def short(game: str) -> str:
+    return game.replace("-MinAtar", "")
+
+
+def interval(x: dict) -> str:
+    return f"{fmt(number(x['point']))} [{fmt(number(x['lo']))}, {fmt(number(x['hi']))}]"
+
+
+def signed(d) -> str:
+    return f"{'+' if d.diff > 0 else ''}{fmt(d.diff)} {welch_text(d)}"
+
+
+def runs_in(data: dict, plan: dict) -> tuple[int, list[str]]:
+    """(runs in, the games whose every label has all the plan's seeds)."""
+    seeds = data["evaluation"]["seeds"]
+    labels = [plan["reference"], *plan["baselines"]]
+    n = sum(len(seeds.get(g, {}).get(lb, {}).get("values", {})) for g in plan["tasks"] for lb in labels)
+    done = [g for g in plan["tasks"] if all(sorted(map(int, seeds.get(g, {}).get(lb, {}).get("values", {})))
+                                            == plan["seeds"] for lb in labels)]
+    return n, done
+
+
+def claim_lines(bc: dict) -> list[str]:
+    """A line per fixed label: the decision by the page's rule and the numbers it rests on."""
+    plan, ref, out = bc["plan"], bc["plan"]["reference"], []
+    for b in plan["baselines"]:
+        c, tests = bc["claims"][b], bc["tests"][b]
+        done = [g for g in plan["tasks"] if tests[g]["complete"]]
+        head = CLAIM[c["decision"]].format(ref=ref, b=b)
+        if c["decision"] == "incomplete":
+            out.append(f"- {head} ({len(done)} of {len(plan['tasks'])} games complete; the claim waits for all "
+                       f"{len(plan['tasks'])}).")
+            continue
+        above = [f"{short(g)} {signed(difference(tests[g]['difference']))}" for g in c["better"]]
+        below = [f"{short(g)} {signed(difference(tests[g]['difference']))}" for g in c["worse"]]
+        out.append(f"- {head}: P({ref} > {b}) = {interval(c['poi'])}; {ref} is above {b} on {len(above)} of "
+                   f"{len(plan['tasks'])} games by the test" + (f" ({'; '.join(above)})" if above else "")
+                   + f", below on {len(below)}" + (f" ({'; '.join(below)})" if below else "") + ".")
+    return out
+
+
+def pair_table(bc: dict) -> list[str]:
+    """Per game and fixed label: ABS - F [Welch 95%], the adjusted p, and the per-game decision."""
+    plan = bc["plan"]
+    rows = []
+    for g in plan["tasks"]:
+        cells = []
+        for b in plan["baselines"]:
+            t = bc["tests"][b][g]
+            cells.append("waiting" if not t["complete"] else
+                         f"{signed(difference(t['difference']))}, p = {fmt_p(number(t['adjusted']))}"
+                         + ("" if t["decision"] == "no difference" else f" ({t['decision']})"))
+        rows.append([short(g), *cells])
+    return [md_table(["game", *[f"{plan['reference']} − {b}" for b in plan["baselines"]]], rows)]
+
+
+def secondary_lines(data: dict, bc: dict) -> list[str]:
+    plan = bc["plan"]
+    ref = plan["reference"]
+    best = data["evaluation"]["best_counts"].get(ref, 0)
+    had = [g for g in plan["tasks"] if g in data["evaluation"]["best"]]
+    out = [f"- {ref} has the highest mean primary outcome of the four labels on {best} of the {len(had)} games with "
+           f"runs (the paper: {PAPER['best']} of {PAPER['games']} Atari games)."]
+    for key, what, paper in (("early", "a higher early return (first 10% of steps)", PAPER["early"]),
+                             ("late", "a lower late variance (last 10%)", PAPER["late"])):
+        wins = data[key]["wins"].get(ref, {})
+        counts = ", ".join(f"{b} {wins[b][0]} of {wins[b][1]}" for b in plan["baselines"] if b in wins)
+        out.append(f"- {what.capitalize()} for {ref} than each fixed label, in games: {counts} (the paper: "
+                   f"{paper} of {PAPER['games']}).")
+    for lb, t in data["trend_counts"].items():
+        out.append(f"- Divergence ({lb}'s measured delta): its mean over the last tenth of a run's measurements is "
+                   f"below the first tenth's in {t['lower']} of {t['both']} runs (the paper's Figure 1: it falls).")
+    ends = [f"{short(g)} {fmt(number(s[ref]['last']['mean']))}" for g, s in data["quoted"]["schedule"].items()
+            if ref in s]
+    if ends:
+        out.append(f"- {ref}'s L at the end of training, mean over its seeds: {', '.join(ends)} (L in [16, 64]).")
+    hours = ", ".join(f"{lb} {t['hours']:.1f} h over {t['timed']} run{'s' * (t['timed'] != 1)}"
+                      for lb, t in data["machine_time"].items())
+    out.append(f"- Training time (`train_seconds`, two runs side by side on the 2-core machine): {hours}.")
+    return out
+
+
+def verdict(data: dict) -> str:
+    """The page's verdict section from report.json's data."""
+    bc = data["batch_claims"]
+    if bc is None:
+        raise ValueError("report.json has no batch analysis: not the MinAtar study's report")
+    plan = bc["plan"]
+    labels = 1 + len(plan["baselines"])
+    total = labels * len(plan["tasks"]) * len(plan["seeds"])
+    n, done = runs_in(data, plan)
+    md = [HEADING, "", f"Written by `python -m reproduce.minatar_page` from `results/minatar-batches/report.json`, "
+          f"by the rule fixed before the runs (below). {n} of {total} runs are in; games with every run in: "
+          f"{', '.join(map(short, done)) or 'none yet'}."
+          + ("" if n == total else " Each test's adjusted p is the Bonferroni bound until all are in; the claims "
+             "wait for them."), "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
+    if bc["iqm"]:
+        iqm = ", ".join(f"{lb} {interval(x)}" for lb, x in bc["iqm"].items())
+        left = (f" ({', '.join(map(short, bc['left_out']))} left out: {plan['normaliser']} within "
+                f"{plan['min_gap']:g} of random)") if bc["left_out"] else ""
+        md += [f"IQM of the normalised score (0 = random, 1 = {plan['normaliser']}'s mean){left}: {iqm}.", ""]
+    md += ["**Per game**, ABS − F in return points, Welch's 95% interval, the adjusted p:", "", *pair_table(bc), "",
+           "**Secondary outcomes** (described, not tested):", "", *secondary_lines(data, bc), ""]
+    return "\n".join(wrapped(line) for line in md)
+
+
+def wrapped(line: str) -> str:
+    """A paragraph or bullet filled to the docs' 120 columns (a bullet's lines indented under its text); headings and
+    table rows as they are."""
+    if not line or line.startswith(("#", "|")):
+        return line
+    return textwrap.fill(line, width=120, subsequent_indent="  " if line.startswith("- ") else "",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def page_section(page: str) -> str | None:
+    """The page's text from HEADING up to the next section of the same level (or the end)."""
+    if f"\n{HEADING}\n" not in page:
+        return None
+    rest = page.split(f"\n{HEADING}\n", 1)[1]
+    return HEADING + "\n" + rest.split("\n## ", 1)[0].rstrip("\n") + "\n"
+
+
+def main(argv=None):
+    p = Parser(description=__doc__.split("\n\n")[0], name="minatar_page.py")
+    p.add_argument("--report", default=str(REPORT), help="the study's report.json")
+    p.add_argument("--page", default=str(PAGE), help="the results page --check reads")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true", help="exit 1 when the page's verdict section differs")
+    what.add_argument("--write", action="store_true", help="replace the page's verdict section with the tool's")
+    a = p.parse_args(argv)
+    if not Path(a.report).is_file():
+        p.error(f"--report {a.report}: no such file")
+    if (a.check or a.write) and not Path(a.page).is_file():
+        p.error(f"--page {a.page}: no such file")
+    text = verdict(read_data(Path(a.report)))
+    if not (a.check or a.write):
+        print(text, end="")
+        return 0
+    page = Path(a.page).read_text()
+    said = page_section(page)
+    if a.write:
+        if said is None:
+            p.error(f"--page {a.page}: no {HEADING} section to replace")
+        Path(a.page).write_text(page.replace(said, text.rstrip("\n") + "\n", 1))
+        print(f"wrote the {HEADING} section of {a.page}")
+        return 0
+    if said != text.rstrip("\n") + "\n":
+        print(f"{a.page}: its {HEADING} section is not what `python -m reproduce.minatar_page` writes; replace it "
+              "with that text", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
