@@ -37,7 +37,12 @@ from .runs import RETURN_TAG, find_runs
 from .stats import band, binned, permutation_p, t_interval, welch_interval
 
 OURS, THEIRS = "this project (abs_pqn_minatar.py)", "purejaxql (pqn_minatar.py)"
-ALPHA = 0.05  # family-wise, over the games: each game's interval is at level 1 - ALPHA / games (Bonferroni)
+GAMES = ("Breakout-MinAtar", "Asterix-MinAtar")  # the comparison's games (docs/minatar.md), fixed before its runs
+ALPHA = 0.05  # family-wise over GAMES: each game's interval is at level 1 - ALPHA / len(GAMES) (Bonferroni)
+
+
+class AnchorError(ValueError):
+    """Input the comparison cannot use (main: one line, exit 2)."""
 
 
 class Side(NamedTuple):
@@ -60,12 +65,15 @@ class Gap(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- reading
-def purejaxql_side(result: dict) -> Side:
+def purejaxql_side(result: dict, where: str = "purejaxql's JSON") -> Side:
     """A purejaxql_run.py JSON's seeds as a Side: the final return is the last greedy test; the tests over training
     are the updates that ran one (every int(NUM_UPDATES * TEST_INTERVAL) updates, counted from 1)."""
     c = result["config"]
     updates = int(c["TOTAL_TIMESTEPS"]) // c["NUM_STEPS"] // c["NUM_ENVS"]
     every = int(updates * c["TEST_INTERVAL"])
+    if not c.get("TEST_DURING_TRAINING", True) or every < 1:
+        raise AnchorError(f"{where}: no greedy tests during training (TEST_DURING_TRAINING off, or fewer than "
+                          f"1 / TEST_INTERVAL updates): written with --no-test, for speed only")
     finals, curves, tests = {}, {}, {}
     for seed, m in result["seeds"].items():
         steps = np.asarray(m["env_step"], dtype=float)
@@ -77,37 +85,56 @@ def purejaxql_side(result: dict) -> Side:
     return Side(finals, curves, tests)
 
 
-def read_purejaxql(paths) -> dict:
-    """game -> Side, from purejaxql_run.py's JSON files (one game each)."""
+def read_purejaxql(paths, total: int) -> dict:
+    """game -> Side, from purejaxql_run.py's JSON files (one game each, of `total` steps)."""
     sides = {}
     for path in paths:
-        result = json.loads(Path(path).read_text())
-        sides[result["config"]["ENV_NAME"]] = purejaxql_side(result)
+        try:
+            result = json.loads(Path(path).read_text())
+            game, steps = result["config"]["ENV_NAME"], int(result["config"]["TOTAL_TIMESTEPS"])
+            if steps != total:
+                raise AnchorError(f"--purejaxql {path}: its runs are of {steps:,} steps, not --total-timesteps "
+                                  f"{total:,}")
+            if game in sides:
+                raise AnchorError(f"--purejaxql {path}: a second file of {game}: give one file per game")
+            sides[game] = purejaxql_side(result, f"--purejaxql {path}")
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, IndexError) as e:
+            raise AnchorError(f"--purejaxql {path}: not a purejaxql_run.py JSON ({type(e).__name__}: {e})") from e
     return sides
 
 
-def read_ours(root: Path) -> dict:
-    """game -> Side, from the finished runs below root (eval_results.json and the event files)."""
-    runs, _ = find_runs("ours", root)
+def read_ours(root: Path, total: int) -> tuple[dict, list[str]]:
+    """(game -> Side, notes), from the finished runs below root (eval_results.json and the event files) that ran
+    all of `total` steps; the others are noted, left out."""
+    runs, notes = find_runs("ours", root)
     sides = {}
     for r in sorted(runs, key=lambda r: (r.game, r.seed)):
+        if not r.complete or r.total_timesteps != total:
+            notes.append(f"`{r.path}`: a run of {r.total_timesteps:,} steps{'' if r.complete else ', stopped early'}, "
+                         f"not of {total:,}: left out")
+            continue
         side = sides.setdefault(r.env_id, Side({}, {}, {}))
+        if r.seed in side.finals:
+            raise AnchorError(f"--ours {root}: two runs of {r.env_id} seed {r.seed}: keep one")
         side.finals[r.seed] = r.score
         side.curves[r.seed] = load_scalars(r.path, [RETURN_TAG]).get(RETURN_TAG, ([], []))
-    return sides
+    return sides, notes
 
 
 # ----------------------------------------------------------------------------- statistics
-def gap(game: str, ours: dict, theirs: dict, games: int) -> Gap:
+def gap(game: str, ours: dict, theirs: dict, games: int = len(GAMES)) -> Gap:
     """The difference of the final returns, ours - theirs, with Welch's interval at the level that keeps the
-    family-wise error over `games` games at ALPHA: a gap beyond seed noise when the interval leaves out 0."""
+    family-wise error over `games` games at ALPHA: a gap beyond seed noise when the interval leaves out 0; one that
+    holds 0 means that these seeds cannot tell the two apart (not that they are equal)."""
     a, b = list(ours.values()), list(theirs.values())
     level = 1 - ALPHA / games
     diff, lo, hi, _ = welch_interval(a, b, level)
     p, _, _ = permutation_p(a, b)
-    decision = ("not decided (fewer than 2 seeds on a side)" if not np.isfinite(lo) else
+    decision = ("not decided: fewer than 2 seeds on a side" if min(len(a), len(b)) < 2 else
+                "not decided: no spread on either side, no interval" if not np.isfinite(lo) else
                 "beyond seed noise: ours higher" if lo > 0 else
-                "beyond seed noise: ours lower" if hi < 0 else "within seed noise")
+                "beyond seed noise: ours lower" if hi < 0 else
+                f"not told apart by {len(a)} + {len(b)} seeds (interval {hi - lo:,.1f} wide)")
     return Gap(game, t_interval(a), t_interval(b), diff, lo, hi, level, p, decision)
 
 
@@ -180,21 +207,29 @@ def figure(games: list[str], ours: dict, theirs: dict, end: float, bins: int, ou
               final_rows)
 
 
-def write(ours_root: Path, purejaxql: list, out: Path, end: float, bins: int) -> Path:
-    ours, theirs = read_ours(ours_root), read_purejaxql(purejaxql)
-    games = sorted(set(ours) & set(theirs))
-    gaps = [gap(g, ours[g].finals, theirs[g].finals, len(games)) for g in games]
+def write(ours_root: Path, purejaxql: list, out: Path, end: int, bins: int) -> Path:
+    (ours, notes), theirs = read_ours(ours_root, end), read_purejaxql(purejaxql, end)
+    games = [g for g in GAMES if g in ours and g in theirs]
+    if not games:
+        raise AnchorError(f"no game of {', '.join(GAMES)} has runs on both sides yet (ours: "
+                          f"{', '.join(sorted(ours)) or 'none'}; purejaxql's: {', '.join(sorted(theirs)) or 'none'})")
+    gaps = [gap(g, ours[g].finals, theirs[g].finals) for g in games]
     out.mkdir(parents=True, exist_ok=True)
     figure(games, ours, theirs, end, bins, out)
-    left = sorted(set(ours) ^ set(theirs))
+    waiting = [f"{g} ({'ours' if g in ours else 'purejaxql' if g in theirs else 'neither'} only)"
+               for g in GAMES if g not in games]
     md = ["# PQN beside purejaxql's", "", "Written by `python -m reproduce.anchor` (docs/minatar.md, \"Beside "
           "purejaxql's own runs\"). Final greedy return per seed: ours the mean of 100 episodes cut at 1,000 steps, "
           "purejaxql's its last greedy test (128 environments for 1,000 steps). Each game's interval of the "
-          f"difference is Welch's at {100 * (1 - ALPHA / max(len(games), 1)):g}% (Bonferroni over the "
-          f"{len(games)} games); the permutation p is exact (with 3 seeds a side it cannot be below 0.10).", "",
+          f"difference is Welch's at {100 * (1 - ALPHA / len(GAMES)):g}% (Bonferroni over the comparison's "
+          f"{len(GAMES)} games); the permutation p is exact (with 3 seeds a side it cannot be below 0.10).", "",
           *table(gaps, ours, theirs), ""]
-    if left:
-        md += [f"Games with runs on one side only, left out: {', '.join(left)}.", ""]
+    if waiting:
+        md += [f"Waiting for runs on both sides: {', '.join(waiting)}.", ""]
+    others = sorted((set(ours) | set(theirs)) - set(GAMES))
+    if others or notes:
+        md += [f"Not in the comparison: {'; '.join([*(f'{g} (not one of its games)' for g in others), *notes])}.",
+               ""]
     md += ["Figure: `beside_purejaxql.png` (data: `beside_purejaxql_curves.csv`, `beside_purejaxql_finals.csv`).", ""]
     (out / "beside_purejaxql.md").write_text("\n".join(md))
     return out / "beside_purejaxql.md"
@@ -206,7 +241,8 @@ def main(argv=None):
     p.add_argument("--ours", required=True, help="the minatar-anchor runs (their eval_results.json and events)")
     p.add_argument("--purejaxql", nargs="+", required=True, help="bench/minatar/purejaxql_run.py's JSON files")
     p.add_argument("--out", default="beside-purejaxql", help="the directory to write the table and figure into")
-    p.add_argument("--total-timesteps", type=float, default=10_000_000, help="the runs' length: the curves' x range")
+    p.add_argument("--total-timesteps", type=int, default=10_000_000,
+                   help="the runs' length: runs of another length are left out (ours) or refused (purejaxql's)")
     p.add_argument("--bins", type=int, default=50, help="step bins of the curves")
     a = p.parse_args(argv)
     if not Path(a.ours).is_dir():
@@ -216,7 +252,10 @@ def main(argv=None):
             p.error(f"--purejaxql {f}: no such file")
     if a.bins < 1 or a.total_timesteps <= 0:
         p.error("--bins and --total-timesteps: must be positive")
-    print(f"wrote {write(Path(a.ours), a.purejaxql, Path(a.out), a.total_timesteps, a.bins)}")
+    try:
+        print(f"wrote {write(Path(a.ours), a.purejaxql, Path(a.out), a.total_timesteps, a.bins)}")
+    except AnchorError as e:
+        p.error(str(e))
 
 
 if __name__ == "__main__":

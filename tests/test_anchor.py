@@ -48,14 +48,17 @@ def test_purejaxql_final_is_its_last_greedy_test_not_the_last_entry():
 
 def test_gap_is_welch_at_the_bonferroni_level_and_decides_by_its_interval():
     ours, theirs = {1: 90.0, 2: 92.0, 3: 95.0}, {1: 60.0, 2: 61.0, 3: 63.0}
-    g = anchor.gap("Breakout-MinAtar", ours, theirs, games=2)
+    g = anchor.gap("Breakout-MinAtar", ours, theirs)  # the comparison's two games: 97.5% each
     res = scipy.stats.ttest_ind(list(ours.values()), list(theirs.values()), equal_var=False)
     lo, hi = res.confidence_interval(0.975)
     assert (g.diff, g.lo, g.hi, g.level) == (pytest.approx(31.0), pytest.approx(lo), pytest.approx(hi), 0.975)
     assert g.decision == "beyond seed noise: ours higher" and g.p == pytest.approx(0.1)  # 2 of C(6, 3) = 20 splits
-    assert anchor.gap("g", theirs, ours, games=2).decision == "beyond seed noise: ours lower"
-    assert anchor.gap("g", {1: 1.0, 2: 9.0, 3: 5.0}, {1: 4.0, 2: 6.0, 3: 5.5}, games=2).decision == "within seed noise"
-    assert anchor.gap("g", {1: 1.0}, theirs, games=1).decision.startswith("not decided")
+    assert anchor.gap("g", theirs, ours).decision == "beyond seed noise: ours lower"
+    close = anchor.gap("g", {1: 1.0, 2: 9.0, 3: 5.0}, {1: 4.0, 2: 6.0, 3: 5.5})
+    assert close.decision == f"not told apart by 3 + 3 seeds (interval {close.hi - close.lo:,.1f} wide)"
+    assert anchor.gap("g", {1: 1.0}, theirs).decision == "not decided: fewer than 2 seeds on a side"
+    flat = anchor.gap("g", {1: 100.0, 2: 100.0, 3: 100.0}, {1: 50.0, 2: 50.0, 3: 50.0})
+    assert flat.diff == 50.0 and flat.decision == "not decided: no spread on either side, no interval"
 
 
 def test_the_tool_writes_the_table_and_the_figure_from_runs_and_a_purejaxql_json(tmp_path):
@@ -66,15 +69,20 @@ def test_the_tool_writes_the_table_and_the_figure_from_runs_and_a_purejaxql_json
                   curve=lambda s: s / 4096, total=total)
     (tmp_path / "pjq.json").write_text(json.dumps(purejaxql_json(finals, total=total)))
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "reproduce.anchor", "--ours", str(tmp_path / "ours"), "--purejaxql",
-                        str(tmp_path / "pjq.json"), "--out", str(out), "--total-timesteps", str(total), "--bins", "10"],
-                       cwd=ROOT, env=tool_env(), capture_output=True, text=True, timeout=120)
+    # ours also has an Asterix run (no purejaxql file for it yet) and a shorter run of Breakout, left out
+    write_run(tmp_path / "ours" / "Asterix-MinAtar__1", "Asterix-MinAtar", 1, 5.0, curve=lambda s: 1.0, total=total)
+    write_run(tmp_path / "ours" / "short" / "Breakout-MinAtar__1", "Breakout-MinAtar", 1, 999.0, total=4096)
+    p = anchor_cli("--ours", tmp_path / "ours", "--purejaxql", tmp_path / "pjq.json", "--out", out,
+                   "--total-timesteps", total, "--bins", 10)
     assert p.returncode == 0, p.stderr
     md = (out / "beside_purejaxql.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| Breakout-MinAtar"))
     assert "| 50.00, 54.00, 57.00 | 53.67 [" in row and "| 40.00, 44.00, 47.00 | 43.67 [" in row
-    # by hand: s^2 = 12.33 a side, se = sqrt(2 * 12.33 / 3) = 2.867, df = 4, t = 2.776: 10 +- 7.96
-    assert "| 10.00 [2.04, 17.96] |" in row and row.endswith("| 0.10 | beyond seed noise: ours higher |")
+    # by hand: s^2 = 12.33 a side, se = sqrt(2 * 12.33 / 3) = 2.867, Welch's df = 4, at 97.5% (two games)
+    half = scipy.stats.t.ppf(1 - 0.025 / 2, 4) * np.sqrt(2 * np.var([50, 54, 57], ddof=1) / 3)
+    assert f"| 10.00 [{10 - half:.2f}, {10 + half:.2f}] |" in row and "| 0.10 | not told apart by 3 + 3 seeds" in row
+    assert "Waiting for runs on both sides: Asterix-MinAtar (ours only)." in md
+    assert "short/Breakout-MinAtar__1`: a run of 4,096 steps, not of 163,840: left out" in md
     finals_csv = list(csv.DictReader(open(out / "beside_purejaxql_finals.csv")))
     assert [(r["implementation"] == anchor.OURS, int(r["seed"]), float(r["final_greedy_return"]))
             for r in finals_csv] == [(True, s, v + 10) for s, v in finals.items()] + [(False, s, v)
@@ -87,6 +95,34 @@ def test_the_tool_writes_the_table_and_the_figure_from_runs_and_a_purejaxql_json
     first = steps[steps < edges[1]]
     assert float(curves[0]["mean"]) == pytest.approx(np.mean(first / 4096))
     assert (out / "beside_purejaxql.png").stat().st_size > 0
+
+
+def anchor_cli(*args):
+    return subprocess.run([sys.executable, "-m", "reproduce.anchor", *map(str, args)], cwd=ROOT, env=tool_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_input_the_comparison_cannot_use_is_one_line_and_exit_2(tmp_path):
+    total = 4096 * 40
+    for copy in ("a", "b"):  # the same seed twice, in two directories
+        write_run(tmp_path / "twice" / copy / "Breakout-MinAtar__1", "Breakout-MinAtar", 1, 10.0, total=total)
+    write_run(tmp_path / "ours" / "Breakout-MinAtar__1", "Breakout-MinAtar", 1, 10.0, total=total)
+    good = purejaxql_json({1: 10.0}, total=total)
+    untested = {**good, "config": {**good["config"], "TEST_DURING_TRAINING": False}}
+    asterix = purejaxql_json({1: 1.0}, "Asterix-MinAtar", total=total)
+    for name, content in (("good", good), ("untested", untested), ("asterix", asterix)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(content))
+    (tmp_path / "broken.json").write_text("{")
+    cases = [(["--ours", tmp_path / "twice", "--purejaxql", tmp_path / "good.json"], "two runs of Breakout-MinAtar"),
+             (["--ours", tmp_path / "ours", "--purejaxql", tmp_path / "untested.json"], "no greedy tests"),
+             (["--ours", tmp_path / "ours", "--purejaxql", tmp_path / "good.json", tmp_path / "good.json"],
+              "a second file of Breakout-MinAtar"),
+             (["--ours", tmp_path / "ours", "--purejaxql", tmp_path / "broken.json"], "not a purejaxql_run.py JSON"),
+             (["--ours", tmp_path / "ours", "--purejaxql", tmp_path / "asterix.json"], "has runs on both sides")]
+    for argv, message in cases:
+        p = anchor_cli(*argv, "--out", tmp_path / "o", "--total-timesteps", total)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+        assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("argv, flag", [(["--ours", "/nonexistent", "--purejaxql", __file__], "--ours"),
