@@ -129,8 +129,10 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
         better = [t.game for t in mine if t.decision == BEATS]
         worse = [t.game for t in mine if t.decision == WORSE]
         point, lo, hi = pois[b]
-        if not every or not np.isfinite(point):
+        if not every:
             decision = INCOMPLETE
+        elif not np.isfinite(point):  # every game left out of the aggregate: the rule's per-game part alone
+            decision = WORSE if worse and not better else NONE
         elif lo > 0.5 and not worse:
             decision = BEATS
         elif hi < 0.5 or (worse and not better):

@@ -40,15 +40,21 @@ def interval(x: dict) -> str:
     return f"{fmt(number(x['point']))} [{fmt(number(x['lo']))}, {fmt(number(x['hi']))}]"
 
 
+def p_text(p: float) -> str:
+    """An adjusted p as the report prints it, with four decimals near the rule's 0.05 (0.0496 is not "0.050")."""
+    return f"{p:.4f}" if 0.04 <= p < 0.06 else fmt_p(p)
+
+
 def signed(d) -> str:
     return f"{'+' if d.diff > 0 else ''}{fmt(d.diff)} {welch_text(d)}"
 
 
 def runs_in(data: dict, plan: dict) -> tuple[int, list[str]]:
-    """(runs in, the games whose every label has all the plan's seeds)."""
+    """(the plan's runs in: its labels, games and seeds; the games whose every label has all the plan's seeds)."""
     seeds = data["evaluation"]["seeds"]
     labels = [plan["reference"], *plan["baselines"]]
-    n = sum(len(seeds.get(g, {}).get(lb, {}).get("values", {})) for g in plan["tasks"] for lb in labels)
+    n = sum(int(s) in plan["seeds"] for g in plan["tasks"] for lb in labels
+            for s in seeds.get(g, {}).get(lb, {}).get("values", {}))
     done = [g for g in plan["tasks"] if all(sorted(map(int, seeds.get(g, {}).get(lb, {}).get("values", {})))
                                             == plan["seeds"] for lb in labels)]
     return n, done
@@ -67,7 +73,9 @@ def claim_lines(bc: dict) -> list[str]:
             continue
         above = [f"{short(g)} {signed(difference(tests[g]['difference']))}" for g in c["better"]]
         below = [f"{short(g)} {signed(difference(tests[g]['difference']))}" for g in c["worse"]]
-        out.append(f"- {head}: P({ref} > {b}) = {interval(c['poi'])}; {ref} is above {b} on {len(above)} of "
+        poi = (f"P({ref} > {b}) = {interval(c['poi'])}" if c["poi"]["point"] is not None else
+               f"no P({ref} > {b}): every game left out of the aggregate")
+        out.append(f"- {head}: {poi}; {ref} is above {b} on {len(above)} of "
                    f"{len(plan['tasks'])} games by the test" + (f" ({'; '.join(above)})" if above else "")
                    + f", below on {len(below)}" + (f" ({'; '.join(below)})" if below else "") + ".")
     return out
@@ -82,7 +90,7 @@ def pair_table(bc: dict) -> list[str]:
         for b in plan["baselines"]:
             t = bc["tests"][b][g]
             cells.append("waiting" if not t["complete"] else
-                         f"{signed(difference(t['difference']))}, p = {fmt_p(number(t['adjusted']))}"
+                         f"{signed(difference(t['difference']))}, p = {p_text(number(t['adjusted']))}"
                          + ("" if t["decision"] == "no difference" else f" ({t['decision']})"))
         rows.append([short(g), *cells])
     return [md_table(["game", *[f"{plan['reference']} − {b}" for b in plan["baselines"]]], rows)]
@@ -91,10 +99,12 @@ def pair_table(bc: dict) -> list[str]:
 def secondary_lines(data: dict, bc: dict) -> list[str]:
     plan = bc["plan"]
     ref = plan["reference"]
-    best = data["evaluation"]["best_counts"].get(ref, 0)
-    had = [g for g in plan["tasks"] if g in data["evaluation"]["best"]]
-    out = [f"- {ref} has the highest mean primary outcome of the four labels on {best} of the {len(had)} games with "
-           f"runs (the paper: {PAPER['best']} of {PAPER['games']} Atari games)."]
+    labels = [ref, *plan["baselines"]]
+    seeds = data["evaluation"]["seeds"]
+    shared = [g for g in plan["tasks"] if all(lb in seeds.get(g, {}) for lb in labels)]
+    best = sum(ref in data["evaluation"]["best"].get(g, []) for g in shared)
+    out = [f"- {ref} has the highest mean primary outcome of the {len(labels)} labels on {best} of the {len(shared)} "
+           f"games every label has runs on (the paper: {PAPER['best']} of {PAPER['games']} Atari games)."]
     for key, what, paper in (("early", "a higher early return (first 10% of steps)", PAPER["early"]),
                              ("late", "a lower late variance (last 10%)", PAPER["late"])):
         wins = data[key]["wins"].get(ref, {})
@@ -108,9 +118,12 @@ def secondary_lines(data: dict, bc: dict) -> list[str]:
             if ref in s]
     if ends:
         out.append(f"- {ref}'s L at the end of training, mean over its seeds: {', '.join(ends)} (L in [16, 64]).")
-    hours = ", ".join(f"{lb} {t['hours']:.1f} h over {t['timed']} run{'s' * (t['timed'] != 1)}"
-                      for lb, t in data["machine_time"].items())
-    out.append(f"- Training time (`train_seconds`, two runs side by side on the 2-core machine): {hours}.")
+    hours = ", ".join(f"{lb} {t['hours']:.1f} h over {t['timed']} run{'s' * (t['timed'] != 1)} ({t['restarted']} "
+                      "restarted)" for lb, t in data["machine_time"].items())
+    if hours:
+        out.append("- Training time (`train_seconds`: the training loop's wall clock summed over a run's sessions, on "
+                   "the project's 2-core machine beside other work and pauses that results/minatar-batches/README.md "
+                   f"lists, so a rough cost and no ratio of the labels' costs): {hours}.")
     return out
 
 
@@ -126,13 +139,14 @@ def verdict(data: dict) -> str:
     md = [HEADING, "", f"Written by `python -m reproduce.minatar_page` from `results/minatar-batches/report.json`, "
           f"by the rule fixed before the runs (below). {n} of {total} runs are in; games with every run in: "
           f"{', '.join(map(short, done)) or 'none yet'}."
-          + ("" if n == total else " Each test's adjusted p is the Bonferroni bound until all are in; the claims "
-             "wait for them."), "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
+          + ("" if bc["holm"] else " Each test's adjusted p is the Bonferroni bound until all are in (then "
+             "Holm's); the claims wait for them."), "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
     if bc["iqm"]:
         iqm = ", ".join(f"{lb} {interval(x)}" for lb, x in bc["iqm"].items())
         left = (f" ({', '.join(map(short, bc['left_out']))} left out: {plan['normaliser']} within "
                 f"{plan['min_gap']:g} of random)") if bc["left_out"] else ""
-        md += [f"IQM of the normalised score (0 = random, 1 = {plan['normaliser']}'s mean){left}: {iqm}.", ""]
+        md += [f"IQM of the normalised score (0 = random, 1 = {plan['normaliser']}'s mean){left}, with 95% "
+               f"stratified bootstrap intervals, which decide nothing: {iqm}.", ""]
     md += ["**Per game**, ABS − F in return points, Welch's 95% interval, the adjusted p:", "", *pair_table(bc), "",
            "**Secondary outcomes** (described, not tested):", "", *secondary_lines(data, bc), ""]
     return "\n".join(wrapped(line) for line in md)

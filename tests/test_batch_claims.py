@@ -141,4 +141,7 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
             in words)
     for b in PLAN.baselines:
         assert f"**ABS beats {b}**: P(ABS > {b}) = 1.000 [1.000, 1.000]; ABS is above {b} on 5 of 5 games" in words
-    assert "IQM of the normalised score (0 = random, 1 = Vanilla's mean): ABS " in words
+    iqm = ", ".join(f"{lb} {float(r['point']):.3f} [{float(r['ci_low']):.3f}, {float(r['ci_high']):.3f}]"
+                    for lb in LABELS for r in [aggregates[(lb, "IQM of normalised score")]])
+    assert ("IQM of the normalised score (0 = random, 1 = Vanilla's mean), with 95% stratified bootstrap intervals, "
+            f"which decide nothing: {iqm}.") in words

@@ -1,12 +1,15 @@
 """reproduce/minatar_page.py, the verdict of docs/results-minatar-batches.md: the page holds what the tool writes
 from the committed report.json, the tool's words on a grid whose answer is known (tests/test_batch_claims.py writes
 it), a page that says otherwise fails --check, and bad input is one line and exit 2."""
+import json
 import subprocess
 import sys
 
+import test_batch_claims as tbc  # its made-up grids (a module: its tests are not collected again here)
 from report_helpers import ROOT
-from reproduce import minatar_page
+from reproduce import minatar_page, report_data
 from reproduce.report_data import read_data
+from reproduce.stats import compare
 from reproduce_cli import tool_env
 
 
@@ -54,3 +57,61 @@ def test_write_puts_the_verdict_back_into_a_page_that_says_otherwise(tmp_path):
     (tmp_path / "page.md").write_text(page.replace(said, "## Verdict\n\nABS wins everything.\n"))
     assert page_tool("--write", "--page", tmp_path / "page.md").returncode == 0
     assert (tmp_path / "page.md").read_text() == page
+
+
+# ----------------------------------------------------------------------------- the words on grids of known answer
+def page_data(values) -> dict:
+    """The report.json parts the verdict reads, from test_batch_claims' made-up grid (secondary outcomes empty)."""
+    evaluation = compare(values, list(tbc.PLAN.tasks), list(tbc.LABELS), [("ABS", b) for b in tbc.PLAN.baselines])
+    analysis = tbc.bc.batch_analysis(tbc.PLAN, evaluation, tbc.RANDOM, reps=200)
+    data = {"batch_claims": report_data.batch_claims(analysis), "evaluation": report_data.compared(evaluation),
+            "early": {"wins": {}}, "late": {"wins": {}}, "trend_counts": {}, "quoted": {"schedule": {}},
+            "machine_time": {}}
+    return json.loads(json.dumps(data, allow_nan=False))  # as report.json holds it
+
+
+def words(values) -> str:
+    return " ".join(minatar_page.verdict(page_data(values)).split())
+
+
+def test_a_worse_abs_and_no_difference_are_worded_by_the_rule():
+    worse = words(tbc.grid({"ABS": -10, "Small": 0, "Vanilla": 0, "Large": 0}))
+    assert ("**ABS is worse than Small**: P(ABS > Small) = 0.000 [0.000, 0.000]; ABS is above Small on 0 of 5 games "
+            "by the test, below on 5 (Asterix -10.0 [") in worse
+    assert "Holm" not in worse.split("**The claims**")[0]  # every run in: no Bonferroni sentence
+    same = words(tbc.grid({lb: 0 for lb in tbc.LABELS}, spread=5.0))
+    assert "**No difference could be seen between ABS and Vanilla**: P(ABS > Vanilla) = " in same
+    assert "| Asterix | " in same and "(beats)" not in same and "(is worse than)" not in same
+
+
+def test_a_grid_with_runs_missing_waits_and_counts_only_the_plans_seeds():
+    values = tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop={("Seaquest-MinAtar", "Small", 7)})
+    values[("Asterix-MinAtar", "Large")][11] = 20.0  # a seed outside the plan: not counted
+    text = words(values)
+    # a cell with a seed outside the plan is not the plan's cell (batch_claims.py): Asterix waits too
+    assert "199 of 200 runs are in; games with every run in: Breakout, Freeway, SpaceInvaders." in text
+    assert "the Bonferroni bound until all are in (then Holm's)" in text
+    assert "**ABS against Small: not decided yet** (4 of 5 games complete" in text
+    assert "| Seaquest | waiting |" in text and "IQM" not in text
+
+
+def test_the_best_count_is_over_the_games_every_label_ran():
+    values = tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
+    for lb in ("Small", "Vanilla", "Large"):  # Asterix: ABS's runs only
+        del values[("Asterix-MinAtar", lb)]
+    assert "ABS has the highest mean primary outcome of the 4 labels on 4 of the 4 games every label" in words(values)
+
+
+def test_games_left_out_of_the_aggregate_are_named_and_all_left_out_decides_by_the_games():
+    values = tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
+    for s in range(1, 11):
+        values[("Freeway-MinAtar", "Vanilla")][s] = tbc.RANDOM["Freeway-MinAtar"] + 0.01 * s
+    assert "(Freeway left out: Vanilla within 1 of random), with 95% stratified bootstrap intervals" in words(values)
+    for g in tbc.PLAN.tasks:  # Vanilla at random's level everywhere: no aggregate, the per-game part alone
+        for lb in tbc.LABELS:
+            for s in range(1, 11):
+                values[(g, lb)][s] = tbc.RANDOM[g] + 0.01 * s + (0.5 if lb == "Small" else 0.0)
+    text = words(values)
+    assert ("**ABS is worse than Small**: no P(ABS > Small): every game left out of the aggregate; ABS is above "
+            "Small on 0 of 5 games by the test, below on 5") in text
+    assert "**No difference could be seen between ABS and Vanilla**: no P(ABS > Vanilla)" in text
