@@ -34,7 +34,7 @@ from .cli import Parser
 from .events import load_scalars
 from .figures import plot_band, subplots, write_csv
 from .runs import RETURN_TAG, find_runs
-from .stats import band, binned, permutation_p, t_interval, welch_interval
+from .stats import curves_band, permutation_p, t_interval, welch_interval
 
 OURS, THEIRS = "this project (abs_pqn_minatar.py)", "purejaxql (pqn_minatar.py)"
 GAMES = ("Breakout-MinAtar", "Asterix-MinAtar")  # the comparison's games (docs/minatar.md), fixed before its runs
@@ -138,14 +138,6 @@ def gap(game: str, ours: dict, theirs: dict, games: int = len(GAMES)) -> Gap:
     return Gap(game, t_interval(a), t_interval(b), diff, lo, hi, level, p, decision)
 
 
-def curve_band(curves: dict, end: float, bins: int) -> tuple:
-    """(bin centre, mean, min, max, n) of the seeds' curves (steps, values) binned into `bins` bins of [0, end]."""
-    edges = np.linspace(0, end, bins + 1)
-    mean, lo, hi, n = band([binned(s, v, edges) for s, v in curves.values()])
-    keep = n > 0
-    return (0.5 * (edges[1:] + edges[:-1]))[keep], mean[keep], lo[keep], hi[keep], n[keep]
-
-
 def greedy_test_means(tests: dict) -> tuple:
     """(steps, mean over seeds) of the greedy tests over training (every seed tests at the same updates)."""
     steps = next(iter(tests.values()))[0]
@@ -181,7 +173,7 @@ def figure(games: list[str], ours: dict, theirs: dict, end: float, bins: int, ou
     for col, game in enumerate(games):
         top, bottom = axes[0][col], axes[1][col]
         for i, (name, side) in enumerate(((OURS, ours[game]), (THEIRS, theirs[game]))):
-            c = curve_band(side.curves, end, bins)
+            c = curves_band([(st, v, end) for st, v in side.curves.values()], end, bins, hold=False)
             plot_band(top, f"{name}, training", f"C{i}", c)
             curve_rows += [[game, name, *map(float, x[:4]), int(x[4])] for x in zip(*c)]
             seeds = sorted(side.finals)
