@@ -7,8 +7,9 @@ figure (docs/minatar.md, "Beside purejaxql's own runs").
     python -m reproduce.anchor --ours results/minatar-anchor/runs/minatar-anchor/PQN \\
         --purejaxql results/minatar-anchor/purejaxql/*.json --out results/minatar-anchor
 
-writes beside_purejaxql.md (the table and the decision per game), beside_purejaxql.png with the CSV of each of its
-rows (beside_purejaxql_curves.csv, beside_purejaxql_finals.csv).
+writes beside_purejaxql.md (the table and the decision per game, and, described beside them, each seed's training
+return over the last 10% of the steps), beside_purejaxql.png with the CSV of each of its rows
+(beside_purejaxql_curves.csv, beside_purejaxql_finals.csv).
 
 What each side's numbers are:
 - final return, ours: eval.mean of the run's eval_results.json, 100 greedy episodes each cut at 1,000 steps;
@@ -39,6 +40,7 @@ from .stats import curves_band, permutation_p, t_interval, welch_interval
 OURS, THEIRS = "this project (abs_pqn_minatar.py)", "purejaxql (pqn_minatar.py)"
 GAMES = ("Breakout-MinAtar", "Asterix-MinAtar")  # the comparison's games (docs/minatar.md), fixed before its runs
 ALPHA = 0.05  # family-wise over GAMES: each game's interval is at level 1 - ALPHA / len(GAMES) (Bonferroni)
+LATE = 0.1  # the training return's last fraction of the steps, described beside the outcome (not a test of the rule)
 
 
 class AnchorError(ValueError):
@@ -138,6 +140,17 @@ def gap(game: str, ours: dict, theirs: dict, games: int = len(GAMES)) -> Gap:
     return Gap(game, t_interval(a), t_interval(b), diff, lo, hi, level, p, decision)
 
 
+def late_training(curves: dict, end: float) -> dict:
+    """seed -> the mean training return logged over the last LATE of the steps (step > (1 - LATE) * end): each side's
+    own statistic (ours per finished episode, purejaxql's per update), so a description, not the rule's outcome."""
+    late = {}
+    for seed, (steps, values) in curves.items():
+        steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+        keep = steps > (1 - LATE) * end
+        late[seed] = float(values[keep].mean()) if keep.any() else float("nan")
+    return late
+
+
 def greedy_test_means(tests: dict) -> tuple:
     """(steps, mean over seeds) of the greedy tests over training (every seed tests at the same updates)."""
     steps = next(iter(tests.values()))[0]
@@ -164,6 +177,20 @@ def table(gaps: list[Gap], ours: dict, theirs: dict) -> list[str]:
     return md
 
 
+def late_table(games: list[str], ours: dict, theirs: dict, end: float) -> list[str]:
+    """Per game, each side's training return over the last LATE of the steps per seed, and the difference with
+    Welch's 95% interval, uncorrected: how far apart the curves end, against their seeds' spread."""
+    md = [f"| game | {OURS}: seeds | mean | {THEIRS}: seeds | mean | ours - theirs [Welch 95%] |",
+          "|---|---|---|---|---|---|"]
+    for game in games:
+        a, b = (late_training(side[game].curves, end) for side in (ours, theirs))
+        diff, lo, hi, _ = welch_interval(list(a.values()), list(b.values()), 0.95)
+        cells = [f"{', '.join(fmt(v) for _, v in sorted(x.items()))} | {fmt(np.mean(list(x.values())))}"
+                 for x in (a, b)]
+        md.append(f"| {game} | {cells[0]} | {cells[1]} | {fmt(diff)} [{fmt(lo)}, {fmt(hi)}] |")
+    return md
+
+
 def figure(games: list[str], ours: dict, theirs: dict, end: float, bins: int, out: Path) -> None:
     """Top row: per game, both learning curves and purejaxql's greedy tests; bottom row: each seed's final greedy
     return, ours and purejaxql's, with each side's mean."""
@@ -180,7 +207,8 @@ def figure(games: list[str], ours: dict, theirs: dict, end: float, bins: int, ou
             values = [side.finals[s] for s in seeds]
             bottom.scatter(np.full(len(values), i) + np.linspace(-0.1, 0.1, len(values)), values, color=f"C{i}")
             bottom.plot([i - 0.2, i + 0.2], [np.mean(values)] * 2, color=f"C{i}")
-            final_rows += [[game, name, s, v] for s, v in zip(seeds, values)]
+            late = late_training(side.curves, end)
+            final_rows += [[game, name, s, v, late[s]] for s, v in zip(seeds, values)]
         steps, means = greedy_test_means(theirs[game].tests)
         top.plot(steps, means, "s", color="C1", markersize=4, label=f"{THEIRS}, greedy test")
         top.plot([end] * len(ours[game].finals), list(ours[game].finals.values()), "o", color="C0", markersize=5,
@@ -195,8 +223,8 @@ def figure(games: list[str], ours: dict, theirs: dict, end: float, bins: int, ou
     fig.savefig(out / "beside_purejaxql.png", dpi=100)
     write_csv(out / "beside_purejaxql_curves.csv", ["game", "implementation", "step", "mean", "min", "max", "n_runs"],
               curve_rows)
-    write_csv(out / "beside_purejaxql_finals.csv", ["game", "implementation", "seed", "final_greedy_return"],
-              final_rows)
+    write_csv(out / "beside_purejaxql_finals.csv", ["game", "implementation", "seed", "final_greedy_return",
+                                                    "late_training_return"], final_rows)
 
 
 def write(ours_root: Path, purejaxql: list, out: Path, end: int, bins: int) -> Path:
@@ -215,7 +243,10 @@ def write(ours_root: Path, purejaxql: list, out: Path, end: int, bins: int) -> P
           "purejaxql's its last greedy test (128 environments for 1,000 steps). Each game's interval of the "
           f"difference is Welch's at {100 * (1 - ALPHA / len(GAMES)):g}% (Bonferroni over the comparison's "
           f"{len(GAMES)} games); the permutation p is exact (with 3 seeds a side it cannot be below 0.10).", "",
-          *table(gaps, ours, theirs), ""]
+          *table(gaps, ours, theirs), "",
+          f"The training return over the last {100 * LATE:g}% of the steps, per seed (each side's own statistic: "
+          "ours each finished episode, purejaxql's each update's mean of every environment's latest episode), "
+          "described beside the outcome, not a test of the rule:", "", *late_table(games, ours, theirs, end), ""]
     if waiting:
         md += [f"Waiting for runs on both sides: {', '.join(waiting)}.", ""]
     others = sorted((set(ours) | set(theirs)) - set(GAMES))

@@ -82,8 +82,19 @@ def test_the_tool_writes_the_table_and_the_figure_from_runs_and_a_purejaxql_json
     half = scipy.stats.t.ppf(1 - 0.025 / 2, 4) * np.sqrt(2 * np.var([50, 54, 57], ddof=1) / 3)
     assert f"| 10.00 [{10 - half:.2f}, {10 + half:.2f}] |" in row and "| 0.10 | not told apart by 3 + 3 seeds" in row
     assert "Waiting for runs on both sides: Asterix-MinAtar (ours only)." in md
+    # the training return over the last 10% of the steps (> 147,456): ours s / 4096 at every 100 steps (each seed
+    # alike); purejaxql's updates 37-40 at 151,552 ... 163,840 steps, returning final / 2 + 36 ... + 39
+    steps = np.arange(0, total + 1, 100)
+    ours_late = np.mean(steps[steps > 0.9 * total] / 4096)
+    theirs_late = [v / 2 + 37.5 for v in finals.values()]
+    half = scipy.stats.t.ppf(0.975, 2) * np.std(theirs_late, ddof=1) / np.sqrt(3)  # Welch, ours without spread: df 2
+    late = next(line for line in md.splitlines()[md.splitlines().index(row) + 1:] if line.startswith("| Breakout"))
+    diff = ours_late - np.mean(theirs_late)
+    assert late == (f"| Breakout-MinAtar | {', '.join([f'{ours_late:.2f}'] * 3)} | {ours_late:.2f} | 57.50, 59.50, "
+                    f"61.00 | 59.33 | {diff:.2f} [{diff - half:.2f}, {diff + half:.2f}] |")
     assert "short/Breakout-MinAtar__1`: a run of 4,096 steps, not of 163,840: left out" in md
     finals_csv = list(csv.DictReader(open(out / "beside_purejaxql_finals.csv")))
+    assert [float(r["late_training_return"]) for r in finals_csv] == pytest.approx([ours_late] * 3 + theirs_late)
     assert [(r["implementation"] == anchor.OURS, int(r["seed"]), float(r["final_greedy_return"]))
             for r in finals_csv] == [(True, s, v + 10) for s, v in finals.items()] + [(False, s, v)
                                                                                      for s, v in finals.items()]
