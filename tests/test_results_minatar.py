@@ -66,3 +66,22 @@ def test_the_side_by_side_with_purejaxql_is_made_again_from_the_published_files(
     for name in ("beside_purejaxql.md", "beside_purejaxql_curves.csv", "beside_purejaxql_finals.csv"):
         assert (tmp_path / name).read_text() == (here / name).read_text(), (
             f"{name}: regenerate with docs/minatar.md's command (python -m reproduce.anchor ...)")
+
+
+def test_the_minatar_page_states_the_side_by_sides_numbers():
+    """docs/minatar.md's account of the comparison quotes the committed beside_purejaxql.md: per game, each side's
+    mean with its interval and the difference with Welch's, of the final greedy returns and of the late training
+    returns."""
+    table = (ROOT / "results" / "minatar-anchor" / "beside_purejaxql.md").read_text()
+    doc = (ROOT / "docs" / "minatar.md").read_text().split("## Beside purejaxql's own runs")[1].split("\n## ")[0]
+    doc = " ".join(doc.split())
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| ")
+            and "-MinAtar |" in line]
+    finals, late = rows[:len(rows) // 2], rows[len(rows) // 2:]
+    assert finals and len(finals) == len(late)
+    for game, _, ours, _, theirs, diff, *_ in finals:
+        for said in (ours, theirs, diff):
+            assert said in doc, (game, said)
+    for game, _, ours, _, theirs, diff in late:
+        for said in (ours, theirs, diff):
+            assert said in doc, (game, "late training return", said)
