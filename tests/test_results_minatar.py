@@ -71,7 +71,7 @@ def test_the_side_by_side_with_purejaxql_is_made_again_from_the_published_files(
 def test_the_minatar_page_states_the_side_by_sides_numbers():
     """docs/minatar.md's account of the comparison quotes the committed beside_purejaxql.md: per game, each side's
     mean with its interval and the difference with Welch's, of the final greedy returns and of the late training
-    returns."""
+    returns; the README's headline, the final returns' means and Welch's interval."""
     table = (ROOT / "results" / "minatar-anchor" / "beside_purejaxql.md").read_text()
     doc = (ROOT / "docs" / "minatar.md").read_text().split("## Beside purejaxql's own runs")[1].split("\n## ")[0]
     doc = " ".join(doc.split())
@@ -79,9 +79,11 @@ def test_the_minatar_page_states_the_side_by_sides_numbers():
             and "-MinAtar |" in line]
     finals, late = rows[:len(rows) // 2], rows[len(rows) // 2:]
     assert finals and len(finals) == len(late)
+    readme = " ".join((ROOT / "README.md").read_text().split())  # its headline restates the final returns
     for game, _, ours, _, theirs, diff, *_ in finals:
         for said in (ours, theirs, diff):
             assert said in doc, (game, said)
+        assert f"{ours.split()[0]} vs {theirs.split()[0]}" in readme and diff.split(" ", 1)[1] in readme, game
     for game, _, ours, _, theirs, diff in late:
         for said in (ours, theirs, diff):
             assert said in doc, (game, "late training return", said)
