@@ -550,9 +550,10 @@ def test_compiled_q_network_gives_the_eager_update():
 
 
 def test_end_to_end_bf16_compile(tmp_path):
-    p = run([*TINY, "--total-timesteps", "1500", "--run-name", "fast", "--bf16", "--compile"], tmp_path)
+    # 400 steps: L moves from 4 to about 8 by then; on the CPU every step under bf16 is slow at these tiny shapes.
+    p = run([*TINY, "--total-timesteps", "400", "--run-name", "fast", "--bf16", "--compile"], tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
-    res = check_eval_json(tmp_path / "fast" / "eval_results.json", {"bf16": True, "compile": True}, 1500)
+    res = check_eval_json(tmp_path / "fast" / "eval_results.json", {"bf16": True, "compile": True}, 400)
     tags = scalars(tmp_path / "fast")
     assert np.isfinite([v for _, v in tags["losses/td_loss"]]).all()
     Ls = [v for _, v in tags["adapt/num_steps"]]
@@ -560,7 +561,7 @@ def test_end_to_end_bf16_compile(tmp_path):
     # The checkpoint holds the plain module's weights (no torch.compile prefix), loadable without compiling.
     ckpt = torch.load(tmp_path / "fast" / "checkpoint.pt", weights_only=False)
     pqn.QNetwork(4, "pqn").load_state_dict(ckpt["q_network"])
-    assert res["global_step"] >= 1500
+    assert res["global_step"] >= 400
 
 
 # ------------------------------------------------------------------ bad input
