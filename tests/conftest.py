@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from slow import is_slow  # the table of the tests marked `slow` (tests/slow.py)
 
 
 @pytest.fixture(autouse=True)
@@ -34,5 +35,9 @@ LAST += ("test_stats.py", "test_measures.py", "test_sections.py", "test_figures.
 LAST += ("test_grid_protocol.py",)  # reads experiments.toml and the scripts' sources only
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if is_slow(item.path.name, item.name):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: 0 if item.path.name in FIRST else 2 if item.path.name in LAST else 1)

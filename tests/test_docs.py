@@ -406,16 +406,36 @@ def test_pages_name_abs_utils_as_the_package_it_is():
 
 
 def test_readme_says_what_ci_runs():
-    """The README's account of .ci/run is its commands: a fresh venv from requirements-dev.txt, ruff, then pytest."""
+    """The README's account of .ci/run is its commands: a fresh venv from requirements-dev.txt, ruff, pytest (the
+    README's test command), then pytest -m slow."""
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").split("\n")
           if line.strip() and not line.startswith("#")]
-    steps = [next(i for i, line in enumerate(ci) if line.startswith(start))
-             for start in ("python3 -m venv ", "pip install --quiet -r requirements-dev.txt", "ruff check .",
-                           "pytest -q -n auto")]
-    assert steps == sorted(steps) and ci[-1] == "pytest -q -n auto", ci
+    steps = [next(i for i, line in enumerate(ci) if line == start or line.startswith(start + " "))
+             for start in ("python3 -m venv", "pip install --quiet -r requirements-dev.txt", "ruff check .",
+                           "pytest -q -n auto", "pytest -q -n auto -m slow")]
+    assert steps == sorted(steps) and ci[-2:] == ["pytest -q -n auto", "pytest -q -n auto -m slow"], ci
     readme = flat(README.read_text(encoding="utf-8"))
     assert ("CI (.ci/run) makes a fresh virtual environment, installs requirements-dev.txt, runs ruff check ., then "
-            "pytest -q -n auto") in readme
+            "pytest -q -n auto and pytest -q -n auto -m slow") in readme
+
+
+def test_every_test_marked_slow_is_a_test_of_its_file():
+    """tests/slow.py names tests that exist (a renamed test would otherwise leave the table silently), with the
+    parameters they take, and keeps shared checks by default on scripts of tests/scripts.py."""
+    import slow
+    assert set(slow.QUICK_SCRIPTS) < set(ALL_SCRIPTS)
+    for table in (slow.EVERY_SCRIPT, slow.SLOW):
+        for file, names in table.items():
+            source = (ROOT / "tests" / file).read_text(encoding="utf-8")
+            for name in names:
+                function, _, param = name.partition("[")
+                assert re.search(rf"^def {function}\(", source, re.M), (file, name)
+                assert not param or f'"{param[:-1]}"' in source, (file, name)
+    for file, names in slow.EVERY_SCRIPT.items():
+        source = (ROOT / "tests" / file).read_text(encoding="utf-8")
+        for function in names:  # parametrised over the scripts: its decorator, right above it, reads SCRIPTS
+            decorator = source[:source.index(f"def {function}(")].rstrip().rsplit("\n", 1)[-1]
+            assert decorator.startswith("@pytest.mark.parametrize") and "SCRIPTS" in decorator, (file, function)
 
 
 def test_readme_title_is_the_bibtex_title():
