@@ -1,6 +1,6 @@
 """The tests that carry the marker `slow`: the one table of them, which tests/conftest.py applies.
 
-`pytest` (the README's test command) leaves them out so that it passes in about ten minutes on 2 cores and keeps
+`pytest` (the README's test command) leaves them out so that it passes in under ten minutes on 2 cores and keeps
 what a change most often breaks: every script end to end on a real environment, the math, the bad input, and each
 check the scripts share on the two quickest scripts. `pytest -m slow` runs the rest, and CI (.ci/run) runs both
 commands, so none of these goes untested: the shared checks on the other four scripts, the device tests' long
