@@ -1,9 +1,9 @@
 """The tests that carry the marker `slow`: the one table of them, which tests/conftest.py applies.
 
 `pytest` (the README's test command) leaves them out so that it passes in under ten minutes on 2 cores and keeps
-what a change most often breaks: every script end to end on a real environment, the math, the bad input, and each
-check the scripts share on the two quickest scripts. `pytest -m slow` runs the rest, and CI (.ci/run) runs both
-commands, so none of these goes untested: the shared checks on the other four scripts, the device tests' long
+what a change most often breaks: every script end to end on a real environment, the math, the bad input, and the
+checks the scripts share, the longest of them on the two quickest scripts only. `pytest -m slow` runs the rest, and
+CI (.ci/run) runs both commands, so none of these goes untested: those on the other four scripts, the device tests' long
 end-to-end runs on the CPU, bfloat16 and torch.compile at tiny sizes (slower than float32 on a CPU), the benchmark
 and train-alike tools' real runs, the published results made again, and the rarer hardware faults.
 tests/test_docs.py checks that every name here is a test of its file."""
