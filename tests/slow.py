@@ -6,7 +6,7 @@ checks the scripts share, the longest of them on the two quickest scripts only. 
 CI (.ci/run) runs both commands, so none of these goes untested: those on the other four scripts, the device tests' long
 end-to-end runs on the CPU, bfloat16 and torch.compile at tiny sizes (slower than float32 on a CPU), the benchmark
 and train-alike tools' real runs, the published results made again, and the rarer hardware faults.
-tests/test_docs.py checks that every name here is a test of its file."""
+tests/test_slow_table.py checks that `pytest -m slow` selects every name here."""
 
 # A check parametrised over tests/scripts.py's SCRIPTS runs by default on these scripts and under `slow` on the rest.
 QUICK_SCRIPTS = ("abs_pqn_minatar.py", "abs_ppo_mujoco.py")

@@ -419,25 +419,6 @@ def test_readme_says_what_ci_runs():
             "pytest -q -n auto and pytest -q -n auto -m slow") in readme
 
 
-def test_every_test_marked_slow_is_a_test_of_its_file():
-    """tests/slow.py names tests that exist (a renamed test would otherwise leave the table silently), with the
-    parameters they take, and keeps shared checks by default on scripts of tests/scripts.py."""
-    import slow
-    assert set(slow.QUICK_SCRIPTS) < set(ALL_SCRIPTS)
-    for table in (slow.EVERY_SCRIPT, slow.SLOW):
-        for file, names in table.items():
-            source = (ROOT / "tests" / file).read_text(encoding="utf-8")
-            for name in names:
-                function, _, param = name.partition("[")
-                assert re.search(rf"^def {function}\(", source, re.M), (file, name)
-                assert not param or f'"{param[:-1]}"' in source, (file, name)
-    for file, names in slow.EVERY_SCRIPT.items():
-        source = (ROOT / "tests" / file).read_text(encoding="utf-8")
-        for function in names:  # parametrised over the scripts: its decorator, right above it, reads SCRIPTS
-            decorator = source[:source.index(f"def {function}(")].rstrip().rsplit("\n", 1)[-1]
-            assert decorator.startswith("@pytest.mark.parametrize") and "SCRIPTS" in decorator, (file, function)
-
-
 def test_readme_title_is_the_bibtex_title():
     """The paper's title, as the README gives it, is the one in its bibtex entry."""
     text = README.read_text(encoding="utf-8")
