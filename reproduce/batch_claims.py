@@ -2,11 +2,12 @@
 analysis, fixed before the runs"), from the report's measures: numbers in, numbers out; the section that words them is
 batch_claims_section.py, the random policy's returns come from runs.load_minatar_random.
 
-Per game and fixed label F: ABS - F with Welch's interval, the exact permutation p and Hedges' g, the p adjusted over
-every (game, F) test (Holm's once all are complete, the Bonferroni bound before), and the per-game decision. Across
-games, once every run is in: the normalised score (return - random) / (Vanilla's mean - random), its IQM per label
-and rliable's probability of improvement of ABS over each F, each with its 95% stratified bootstrap interval, and the
-claim's decision."""
+Per game and fixed label F, once the game's runs of every label are in: ABS - F with Welch's interval, the exact
+permutation p and Hedges' g, the p adjusted over every (game, F) test (Holm's once all are complete, the Bonferroni
+bound before), and the per-game decision: a bound below alpha decides at once (Holm's p is never above it), a bound at
+alpha or above waits for Holm's. Across games, once every run is in: the normalised score (return - random) /
+(Vanilla's mean - random), its IQM per label and rliable's probability of improvement of ABS over each F, each with its
+95% stratified bootstrap interval, and the claim's decision."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,6 +18,7 @@ from .runs import MINATAR
 from .stats import Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, probability_of_improvement
 
 BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
+WAITING = "waits for Holm's"  # complete, its Bonferroni bound at alpha or above, some other test not complete
 
 
 class BatchPlan(NamedTuple):
@@ -41,11 +43,11 @@ MINATAR_BATCHES = BatchPlan("minatar", 10_000_000, "ABS", ("Small", "Vanilla", "
 class PairTest(NamedTuple):
     game: str
     baseline: str
-    complete: bool  # both cells have exactly the plan's seeds
+    complete: bool  # the game's cells of every label have exactly the plan's seeds (its runs are all in)
     difference: Difference | None  # reference - baseline, when complete
     g: float  # Hedges' g
     adjusted: float  # over every test of the plan (Holm, or the Bonferroni bound while some are incomplete)
-    decision: str  # BEATS, WORSE, NONE or INCOMPLETE
+    decision: str  # BEATS, WORSE, NONE, WAITING or INCOMPLETE
 
 
 class Claim(NamedTuple):
@@ -91,10 +93,11 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
     def complete(game, label):
         s = evaluation.seeds.get((game, label))
         return s is not None and tuple(sorted(s.values)) == tuple(plan.seeds)
+    labels = (ref, *plan.baselines)
     tests = []
     for b in plan.baselines:
         for game in plan.tasks:
-            ok = complete(game, ref) and complete(game, b)
+            ok = all(complete(game, lb) for lb in labels)  # the page: a game's tests once its runs are all in
             d = next((d for d in evaluation.differences if (d.game, d.a, d.b) == (game, ref, b)), None) if ok else None
             g = hedges_g(cell(evaluation, game, ref), cell(evaluation, game, b)) if ok else float("nan")
             tests.append(PairTest(game, b, ok, d, g, float("nan"), INCOMPLETE))
@@ -102,11 +105,12 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
     every = len(done) == len(tests)
     adjusted = holm([t.difference.p for t in done]) if every else [bonferroni(t.difference.p, len(tests)) for t in done]
     by_key = {(t.game, t.baseline): p for t, p in zip(done, adjusted)}
-    tests = [t._replace(adjusted=by_key[(t.game, t.baseline)],
-                        decision=NONE if by_key[(t.game, t.baseline)] >= plan.alpha else
-                        BEATS if t.difference.diff > 0 else WORSE) if t.complete else t for t in tests]
 
-    labels = (ref, *plan.baselines)
+    def decision(t, p):  # below alpha: decided (Holm's p <= the bound); else no difference, or waiting for Holm's
+        return (BEATS if t.difference.diff > 0 else WORSE) if p < plan.alpha else NONE if every else WAITING
+    tests = [t._replace(adjusted=by_key[(t.game, t.baseline)], decision=decision(t, by_key[(t.game, t.baseline)]))
+             if t.complete else t for t in tests]
+
     normalisers = {g: float(np.mean(cell(evaluation, g, plan.normaliser))) for g in plan.tasks
                    if complete(g, plan.normaliser)}
     left_out = [g for g, v in normalisers.items() if v - random[g] < plan.min_gap]

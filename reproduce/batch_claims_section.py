@@ -6,7 +6,7 @@ from math import comb
 
 import numpy as np
 
-from .batch_claims import BEATS, INCOMPLETE, NONE, WORSE, BatchAnalysis
+from .batch_claims import BEATS, INCOMPLETE, NONE, WAITING, WORSE, BatchAnalysis
 from .tables import fmt, fmt_p, md_table, welch_text
 
 
@@ -52,13 +52,15 @@ def batch_claims_section(ba: BatchAnalysis) -> list[str]:
             continue
         rows.append([t.game, t.baseline, fmt(d.diff), welch_text(d), fmt_p(d.p), fmt_p(t.adjusted),
                      f"{t.g:.2f}" if np.isfinite(t.g) else "–",
-                     {BEATS: f"{ref} beats {t.baseline}", WORSE: f"{ref} is worse", NONE: "no difference"}[t.decision]])
+                     {BEATS: f"{ref} beats {t.baseline}", WORSE: f"{ref} is worse", NONE: "no difference",
+                      WAITING: WAITING}[t.decision]])
     md += [md_table(["game", "F", f"{ref} − F", "Welch 95% CI", "permutation p", "adjusted p", "Hedges' g",
                      "decision"], rows), ""]
     done = sum(t.complete for t in ba.tests)
     md.append(f"Adjusted p: Holm's, over the {m} tests (all complete)." if ba.holm else
-              f"Adjusted p: {done} of the {m} tests complete, so each one's is the Bonferroni bound min(1, {m}p); "
-              f"Holm's once all {m} are.")
+              f"Adjusted p: {done} of the {m} tests complete (a test is once its game's runs are all in), so "
+              f"each one's is the Bonferroni bound min(1, {m}p), which decides a test below {plan.alpha:g} (Holm's "
+              f"is never above it); the others wait for Holm's, once all {m} are.")
     md += ["", "### Across games", "",
            f"Normalised score: (return − random) / ({plan.normaliser}'s mean − random) per game; random is a "
            "uniformly random policy's mean return (`reproduce/minatar_random.csv`). A game whose "

@@ -40,9 +40,13 @@ def interval(x: dict) -> str:
     return f"{fmt(number(x['point']))} [{fmt(number(x['lo']))}, {fmt(number(x['hi']))}]"
 
 
-def p_text(p: float) -> str:
-    """An adjusted p as the report prints it, with four decimals near the rule's 0.05 (0.0496 is not "0.050")."""
-    return f"{p:.4f}" if 0.04 <= p < 0.06 else fmt_p(p)
+def p_text(p: float, alpha: float = 0.05) -> str:
+    """An adjusted p as the report prints it, and near the rule's alpha with as many decimals as it takes to read
+    which side of alpha it is on (0.0496 is not "0.050", and 0.049958 is not "0.0500")."""
+    if not 0.04 <= p < 0.06:
+        return fmt_p(p)
+    digits = 4 if p == alpha else next((d for d in range(4, 10) if round(p, d) != alpha), 10)
+    return f"{p:.{digits}f}"
 
 
 def signed(d) -> str:
@@ -90,7 +94,7 @@ def pair_table(bc: dict) -> list[str]:
         for b in plan["baselines"]:
             t = bc["tests"][b][g]
             cells.append("waiting" if not t["complete"] else
-                         f"{signed(difference(t['difference']))}, p = {p_text(number(t['adjusted']))}"
+                         f"{signed(difference(t['difference']))}, p = {p_text(number(t['adjusted']), plan['alpha'])}"
                          + ("" if t["decision"] == "no difference" else f" ({t['decision']})"))
         rows.append([short(g), *cells])
     return [md_table(["game", *[f"{plan['reference']} − {b}" for b in plan["baselines"]]], rows)]
@@ -139,8 +143,10 @@ def verdict(data: dict) -> str:
     md = [HEADING, "", f"Written by `python -m reproduce.minatar_page` from `results/minatar-batches/report.json`, "
           f"by the rule fixed before the runs (below). {n} of {total} runs are in; games with every run in: "
           f"{', '.join(map(short, done)) or 'none yet'}."
-          + ("" if bc["holm"] else " Each test's adjusted p is the Bonferroni bound until all are in (then "
-             "Holm's); the claims wait for them."), "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
+          + ("" if bc["holm"] else f" Each test's adjusted p is the Bonferroni bound until all are in (then "
+             f"Holm's): a game's test is decided once its runs are in if the bound is below {plan['alpha']:g}, and "
+             "otherwise waits for Holm's; the claims wait for all the tests."),
+          "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
     if bc["iqm"]:
         iqm = ", ".join(f"{lb} {interval(x)}" for lb, x in bc["iqm"].items())
         left = (f" ({', '.join(map(short, bc['left_out']))} left out: {plan['normaliser']} within "

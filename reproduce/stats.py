@@ -136,14 +136,14 @@ def permutation_p(a, b, exact_limit: int = EXACT_RELABELLINGS, samples: int = SA
     (a float tolerance, 1e-12 for differences up to 1 and relative above). Group sums are correctly rounded
     (math.fsum), so splits with equal sums, and the mirror split when n_a = n_b, tie exactly. Above exact_limit
     relabellings, `samples` random ones (seeded) are drawn instead and p = (1 + hits) / (1 + samples), exact False.
-    NaN when a side is empty. (scipy's permutation_test defines the two-sided p otherwise, as twice the smaller
-    one-sided p.) The splits are counted in chunks, with plain float sums (split_hits): C(20, 10) = 184,756 in a
-    fraction of a second."""
+    NaN when a side is empty or holds a value that is not finite. (scipy's permutation_test defines the two-sided p
+    otherwise, as twice the smaller one-sided p.) The splits are counted in chunks, with plain float sums
+    (split_hits): C(20, 10) = 184,756 in a fraction of a second."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     na, nb = len(a), len(b)
-    if not na or not nb:
-        return float("nan"), 0, True
     x = np.array(a + b)
+    if not na or not nb or not np.all(np.isfinite(x)):  # no finite difference of means to rank the splits by
+        return float("nan"), 0, True
     n, total = comb(na + nb, na), len(x)
     observed = abs(split_diff(x, range(na), na, nb))
     least = observed - 1e-12 * max(1.0, observed)

@@ -1,6 +1,6 @@
 """The MinAtar study's pre-registered analysis (reproduce/batch_claims.py, docs/results-minatar-batches.md): its
 decisions on made-up grids whose answer is known, its normalised IQM against an independent computation, the
-Bonferroni bound while runs are missing, and the report's section on a grid of written runs."""
+Bonferroni bound and the tests it decides while runs are missing, and the report's section on a grid of written runs."""
 import csv
 import json
 import sys
@@ -75,12 +75,74 @@ def test_no_shift_is_no_difference_and_a_worse_abs_is_worse():
 
 def test_a_missing_run_leaves_its_tests_incomplete_and_bounds_the_others():
     a = analyse(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop={("Seaquest-MinAtar", "Small", 7)}))
-    incomplete = [t for t in a.tests if not t.complete]
-    assert [(t.game, t.baseline) for t in incomplete] == [("Seaquest-MinAtar", "Small")]
+    incomplete = [t for t in a.tests if not t.complete]  # a game's tests wait for all its 40 runs
+    assert [(t.game, t.baseline) for t in incomplete] == [("Seaquest-MinAtar", b) for b in PLAN.baselines]
     assert not a.holm and not a.iqm
     done = [t for t in a.tests if t.complete]
     assert all(t.adjusted == pytest.approx(min(1.0, 15 * t.difference.p)) for t in done)  # Bonferroni
+    assert all(t.decision == bc.BEATS for t in done)  # each bound 15 x 2 / C(20, 10), below alpha: decided
     assert [c.decision for c in a.claims] == [bc.INCOMPLETE] * 3
+
+
+# Freeway-like returns: ABS about 0.4 above Small (exact p 0.0082, below alpha, but 15 x p = 0.12 is not); Vanilla the
+# same values as ABS (p = 1); Large close to ABS
+CLOSE = {"ABS": [66.0, 66.4, 65.8, 66.9, 66.2, 66.6, 65.9, 66.5, 66.1, 66.7],
+         "Small": [65.7, 66.0, 65.4, 66.4, 65.9, 65.6, 65.8, 66.2, 65.3, 65.9],
+         "Vanilla": [66.7, 66.1, 66.5, 65.9, 66.6, 66.2, 66.9, 65.8, 66.4, 66.0],
+         "Large": [66.1, 66.3, 65.9, 66.8, 66.2, 66.5, 66.0, 66.4, 66.2, 66.6]}
+
+
+def close_freeway(values):
+    for lb, v in CLOSE.items():
+        values[("Freeway-MinAtar", lb)] = {s: x for s, x in enumerate(v, 1)}
+    return values
+
+
+def test_a_complete_game_is_decided_below_the_bound_and_otherwise_waits_for_holms():
+    """The page's rule while runs are missing: a game's tests once its 40 runs are in; a Bonferroni bound below alpha
+    decides (Holm's is never above it), any other waits for Holm's; once all are in, Holm's p (here below the bound)
+    decides."""
+    others = {(g, lb, 10) for g in PLAN.tasks if g not in ("Freeway-MinAtar", "Breakout-MinAtar") for lb in LABELS}
+    values = close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop=others))
+    a = analyse(values)
+    by = {(t.game, t.baseline): t for t in a.tests}
+    assert {k for k, t in by.items() if t.complete} == {(g, b) for g in ("Freeway-MinAtar", "Breakout-MinAtar")
+                                                      for b in PLAN.baselines}
+    assert all(by[("Breakout-MinAtar", b)].decision == bc.BEATS for b in PLAN.baselines)  # 15 x 2/C(20, 10)
+    small = by[("Freeway-MinAtar", "Small")]
+    assert small.difference.p == pytest.approx(0.0082, abs=5e-5)
+    assert small.adjusted == pytest.approx(15 * small.difference.p) and small.decision == bc.WAITING
+    assert by[("Freeway-MinAtar", "Vanilla")].difference.p == 1.0
+    assert by[("Freeway-MinAtar", "Vanilla")].decision == bc.WAITING  # "no difference" only once Holm's decides
+    assert [c.decision for c in a.claims] == [bc.INCOMPLETE] * 3
+    # a game is complete with every label's runs: one Large run missing keeps ABS - Small waiting too
+    partial = analyse(close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0},
+                                         drop=others | {("Breakout-MinAtar", "Large", 3)})))
+    assert not any(t.complete for t in partial.tests if t.game == "Breakout-MinAtar")
+    # every run in: Holm's, not the bound: the 12 far-apart tests first, then Freeway's Small test at 3 x p
+    full = analyse(close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})))
+    small = next(t for t in full.tests if (t.game, t.baseline) == ("Freeway-MinAtar", "Small"))
+    assert full.holm and small.adjusted == pytest.approx(3 * small.difference.p) and small.decision == bc.BEATS
+    vanilla = next(t for t in full.tests if (t.game, t.baseline) == ("Freeway-MinAtar", "Vanilla"))
+    assert vanilla.decision == bc.NONE and vanilla.adjusted == 1.0
+    assert [len(c.better) for c in full.claims] == [5, 4, 4]
+
+
+def test_a_claim_needs_no_game_worse_and_worse_on_one_game_and_better_on_none_is_worse():
+    """The claim's rule: P(ABS > F)'s interval wholly above 0.5 and no game worse: beats; wholly below 0.5, or worse
+    on a game and better on none: worse; otherwise no difference."""
+    values = grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
+    for s in range(1, 11):  # Seaquest: ABS far below every fixed label
+        values[("Seaquest-MinAtar", "ABS")][s] -= 20
+    a = analyse(values)
+    assert all(c.poi[1] > 0.5 and c.worse == ["Seaquest-MinAtar"] and len(c.better) == 4 for c in a.claims)
+    assert [c.decision for c in a.claims] == [bc.NONE] * 3
+    values = grid({"ABS": 1.5, "Small": 0, "Vanilla": 0, "Large": 0}, spread=5.0)  # ABS a little above, untested
+    for s in range(1, 11):  # Breakout: ABS far below
+        values[("Breakout-MinAtar", "ABS")][s] -= 20
+    a = analyse(values)
+    assert all(c.worse == ["Breakout-MinAtar"] and not c.better and c.poi[1] < 0.5 < c.poi[2] for c in a.claims)
+    assert [c.decision for c in a.claims] == [bc.WORSE] * 3
 
 
 def test_a_game_vanilla_does_not_learn_is_left_out_of_the_aggregate():

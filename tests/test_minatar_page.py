@@ -91,8 +91,25 @@ def test_a_grid_with_runs_missing_waits_and_counts_only_the_plans_seeds():
     # a cell with a seed outside the plan is not the plan's cell (batch_claims.py): Asterix waits too
     assert "199 of 200 runs are in; games with every run in: Breakout, Freeway, SpaceInvaders." in text
     assert "the Bonferroni bound until all are in (then Holm's)" in text
-    assert "**ABS against Small: not decided yet** (4 of 5 games complete" in text
+    assert "**ABS against Small: not decided yet** (3 of 5 games complete" in text  # Asterix and Seaquest wait
     assert "| Seaquest | waiting |" in text and "IQM" not in text
+
+
+def test_a_complete_game_shows_its_decision_or_that_it_waits_for_holms():
+    others = {(g, lb, 10) for g in tbc.PLAN.tasks if g not in ("Freeway-MinAtar", "Breakout-MinAtar")
+              for lb in tbc.LABELS}
+    text = words(tbc.close_freeway(tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop=others)))
+    assert "games with every run in: Breakout, Freeway." in text
+    assert "decided once its runs are in if the bound is below 0.05, and otherwise waits for Holm's" in text
+    assert "| Breakout | +10.000 [9.368, 10.6], p = 1.6e-04 (beats) | +10.0 [" in text  # 15 x 2 / C(20, 10)
+    assert ("| Freeway | +0.490 [0.158, 0.822], p = 0.12 (waits for Holm's) | +0.000 [-0.344, 0.344], p = 1.00 (waits "
+            "for Holm's) |") in text
+
+
+def test_an_adjusted_p_near_alpha_shows_its_side_of_alpha():
+    assert minatar_page.p_text(9230 * 15 / 184756 / 15) == "0.04996"  # 0.049958: not "0.0500"
+    assert [minatar_page.p_text(p) for p in (0.0496, 0.0504, 0.05, 0.03, 0.2)] == [
+        "0.0496", "0.0504", "0.0500", "0.030", "0.20"]
 
 
 def test_the_best_count_is_over_the_games_every_label_ran():

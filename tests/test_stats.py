@@ -294,6 +294,15 @@ def test_permutation_p_of_10_vs_10_runs_by_every_split():
     assert 0 < p < 0.01  # the ten PPO+ABS-like returns lie above most of the others
 
 
+def test_permutation_p_of_a_value_that_is_not_finite_or_an_empty_side_is_nan():
+    """No finite difference of means to rank the splits by: NaN, which decides nothing (NaN < alpha is false), where
+    counting would give p = 0 (every |diff| compares false with a NaN observed difference)."""
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        p, n, exact = stats.permutation_p([1.0, bad, 3.0], [1.0, 2.0, 3.0])
+        assert np.isnan(p) and n == 0
+    assert np.isnan(stats.permutation_p([], [1.0, 2.0])[0])
+
+
 def test_holm_by_hand():
     # sorted 0.01, 0.03, 0.04 (m = 3): 3 x 0.01 = 0.03; 2 x 0.03 = 0.06; 1 x 0.04 = 0.04, raised to the 0.06 before
     # it (step-down: an adjusted p never falls below a smaller p's); given back in the input order
