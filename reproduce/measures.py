@@ -248,18 +248,20 @@ def capped_evaluations(data, games, table) -> tuple[list[Run], list[str]]:
 def machine_time(data, games) -> dict:
     """label -> the runs' training time: "runs", "timed" (runs whose eval_results.json has train_seconds), "hours"
     (their sum), "per_run" (min, max hours), "sps" (min, max of the steps trained / train_seconds, over runs with
-    train_seconds > 0) and "restarted" (runs with more than one event file: each start of a script opens one, so
-    these were stopped and started again)."""
+    train_seconds > 0), "restarted" (runs with more than one event file: each start of a script opens one, so
+    these were stopped and started again) and "by_game" (game -> (timed runs, their mean hours), games with one)."""
     out = {}
     for lb in data:
         runs = runs_of({lb: data[lb]}, games)
         timed = [r for r in runs if r.train_seconds is not None]
         hours = [r.train_seconds / 3600 for r in timed]
         sps = [r.total_steps / r.train_seconds for r in timed if r.train_seconds > 0]
+        per_game = {g: [r.train_seconds / 3600 for r in timed if r.game == g] for g in games}
         out[lb] = {"runs": len(runs), "timed": len(timed), "hours": float(sum(hours)),
                    "per_run": (min(hours), max(hours)) if hours else None,
                    "sps": (min(sps), max(sps)) if sps else None,
-                   "restarted": sum(r.event_file_count > 1 for r in runs)}
+                   "restarted": sum(r.event_file_count > 1 for r in runs),
+                   "by_game": {g: (len(h), float(np.mean(h))) for g, h in per_game.items() if h}}
     return out
 
 

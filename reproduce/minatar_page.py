@@ -9,7 +9,7 @@ F, the claim's decision (batch_claims.py) with P(ABS > F) and the games ABS is a
 with Welch's interval and the Holm-adjusted p; the IQM of the normalised score; then the secondary outcomes,
 described and not tested, beside the paper's counts. While runs are missing it says how many are in and which
 claims wait. Every number is the report's own, read by name from its report.json (report_data.py): this file only
-words them.
+words them, and counts the games the report's per-game differences favour ABS on.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "results" / "minatar-batches" / "report.json"
 PAGE = ROOT / "docs" / "results-minatar-batches.md"
 HEADING = "## Verdict"
-# The paper's counts over its 10 Atari games (Section 5.2 and Table 2), which the secondary outcomes are set beside
+# The paper's counts over its 10 Atari games, which the secondary outcomes are set beside: "best" of the batch labels
+# (Section 5.2), and Table 2's early and late counts (Section 5.1: ABS against vanilla PQN, which is Vanilla here)
 PAPER = {"best": 8, "early": 7, "late": 6, "games": 10}
 CLAIM = {"beats": "**{ref} beats {b}**", "is worse than": "**{ref} is worse than {b}**",
          "no difference": "**No difference could be seen between {ref} and {b}**",
@@ -101,33 +102,59 @@ def pair_table(bc: dict) -> list[str]:
 
 
 def secondary_lines(data: dict, bc: dict) -> list[str]:
+    """The secondary outcomes, described: the counts over games over the games whose runs are all in (each label's
+    mean over the same 10 seeds), the per-run ones over every run in."""
     plan = bc["plan"]
     ref = plan["reference"]
     labels = [ref, *plan["baselines"]]
-    seeds = data["evaluation"]["seeds"]
-    shared = [g for g in plan["tasks"] if all(lb in seeds.get(g, {}) for lb in labels)]
-    best = sum(ref in data["evaluation"]["best"].get(g, []) for g in shared)
-    out = [f"- {ref} has the highest mean primary outcome of the {len(labels)} labels on {best} of the {len(shared)} "
-           f"games every label has runs on (the paper: {PAPER['best']} of {PAPER['games']} Atari games)."]
-    for key, what, paper in (("early", "a higher early return (first 10% of steps)", PAPER["early"]),
-                             ("late", "a lower late variance (last 10%)", PAPER["late"])):
-        wins = data[key]["wins"].get(ref, {})
-        counts = ", ".join(f"{b} {wins[b][0]} of {wins[b][1]}" for b in plan["baselines"] if b in wins)
-        out.append(f"- {what.capitalize()} for {ref} than each fixed label, in games: {counts} (the paper: "
-                   f"{paper} of {PAPER['games']}).")
+    _, done = runs_in(data, plan)
+    out = []
+    if done:
+        best = sum(ref in data["evaluation"]["best"][g] for g in done)
+        out.append(f"- Over the {len(done)} game{'s' * (len(done) != 1)} with every run in "
+                   f"({', '.join(map(short, done))}): {ref} has the highest mean primary outcome of the {len(labels)} "
+                   f"labels (a tie counting for each tied label) on {best} (the paper's Section 5.2: {PAPER['best']} "
+                   f"of {PAPER['games']} Atari games).")
+        for key, what, paper, better in (("early", "a higher early return (first 10% of steps)", PAPER["early"],
+                                          lambda d: d > 0),
+                                         ("late", "a lower late variance (last 10%)", PAPER["late"], lambda d: d < 0)):
+            got = data[key]["differences"]  # a game without the metric (no training returns logged) is not counted
+            diffs = {b: [number(got[g][ref][b]["diff"]) for g in done if b in got.get(g, {}).get(ref, {})]
+                     for b in plan["baselines"]}
+            counts = ", ".join(f"{b} {sum(better(d) for d in ds)} of {len(ds)}" for b, ds in diffs.items())
+            out.append(f"- {what.capitalize()} for {ref} than each fixed label (a tie is no win), in games: {counts} "
+                       f"(the paper's Table 2, {ref} against PQN, which is Vanilla here: {paper} of "
+                       f"{PAPER['games']}).")
+    else:
+        out.append(f"- The counts over games ({ref} best of the {len(labels)} labels, early return, late variance) "
+                   "wait for a game's runs of every label (results/minatar-batches/report.md gives them over the "
+                   "runs in so far, each label's mean over its own seeds).")
     for lb, t in data["trend_counts"].items():
         out.append(f"- Divergence ({lb}'s measured delta): its mean over the last tenth of a run's measurements is "
                    f"below the first tenth's in {t['lower']} of {t['both']} runs (the paper's Figure 1: it falls).")
-    ends = [f"{short(g)} {fmt(number(s[ref]['last']['mean']))}" for g, s in data["quoted"]["schedule"].items()
-            if ref in s]
-    if ends:
-        out.append(f"- {ref}'s L at the end of training, mean over its seeds: {', '.join(ends)} (L in [16, 64]).")
+    schedule = [(g, s[ref]) for g, s in data["quoted"]["schedule"].items() if ref in s]
+    if schedule:
+        def left(g):  # the step L first left L_min, mean over the seeds where it did, and the seeds where it never did
+            moved = [b["moved"] for b in data["burn_in"].get(g, {}).get(ref, {}).values()]
+            steps = [number(m) for m in moved if m is not None]
+            never = len(moved) - len(steps)
+            return ((f"at step {sum(steps) / len(steps):,.0f}" if steps else "never")
+                    + (f", never in {never} run{'s' * (never != 1)}" if steps and never else ""))
+        ends = "; ".join(f"{short(g)} {left(g)}, ending at {fmt(number(s['last']['mean']))}" for g, s in schedule)
+        out.append(f"- {ref}'s L (in [16, 64]), mean over its seeds: where it first leaves L_min and where it ends: "
+                   f"{ends}.")
     hours = ", ".join(f"{lb} {t['hours']:.1f} h over {t['timed']} run{'s' * (t['timed'] != 1)} ({t['restarted']} "
                       "restarted)" for lb, t in data["machine_time"].items())
     if hours:
         out.append("- Training time (`train_seconds`: the training loop's wall clock summed over a run's sessions, on "
                    "the project's 2-core machine beside other work and pauses that results/minatar-batches/README.md "
-                   f"lists, so a rough cost and no ratio of the labels' costs): {hours}.")
+                   f"lists, so a rough cost and no ratio of the labels' costs): {hours}; per game, the mean hours of "
+                   "a run (its runs):")
+        times = data["machine_time"]
+        rows = [[short(g), *(f"{t['by_game'][g][1]:.2f} ({t['by_game'][g][0]})" if g in t["by_game"] else "–"
+                             for t in (times[lb] for lb in labels if lb in times))]
+                for g in plan["tasks"] if any(g in times[lb]["by_game"] for lb in labels if lb in times)]
+        out += ["", md_table(["game", *(lb for lb in labels if lb in times)], rows)]
     return out
 
 

@@ -183,12 +183,13 @@ def test_capped_atari_evaluations_are_named_and_a_wholly_capped_game_is_flagged(
 
 
 def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(tmp_path):
-    """A: 72,000 steps in 720 s and in 360 s (100 and 200 steps/s), the second started twice (two event files);
-    B: one run whose eval_results.json predates train_seconds. Hours 0.3, per run 0.1-0.2."""
+    """A: 72,000 steps in 720 s and in 360 s (100 and 200 steps/s), the second started twice (two event files), and
+    on another game in 1,440 s (50 steps/s); B: one run whose eval_results.json predates train_seconds. Hours 0.7, per
+    run 0.1-0.4; per game, Amidar's two runs 0.15 h on average and Breakout's one 0.4 h."""
     from torch.utils.tensorboard import SummaryWriter
 
-    for name, seconds in (("a1", 720.0), ("a2", 360.0)):
-        write_run(tmp_path / "A" / name, "Amidar-v5", int(name[1]), 200.0, lambda s: s / 10, total=72_000)
+    for name, seconds, game in (("a1", 720.0, "Amidar-v5"), ("a2", 360.0, "Amidar-v5"), ("a3", 1440.0, "Breakout-v5")):
+        write_run(tmp_path / "A" / name, game, int(name[1]), 200.0, lambda s: s / 10, total=72_000)
         res = json.loads((tmp_path / "A" / name / "eval_results.json").read_text())
         (tmp_path / "A" / name / "eval_results.json").write_text(json.dumps({**res, "train_seconds": seconds}))
     w = SummaryWriter(log_dir=str(tmp_path / "A" / "a2"), purge_step=50_000)
@@ -200,10 +201,12 @@ def test_machine_time_sums_each_labels_train_seconds_and_counts_restarted_runs(t
     (tmp_path / "B" / "b1" / "eval_results.json").write_text(json.dumps(res))
     data, games, _ = report.collect({"A": tmp_path / "A", "B": tmp_path / "B"}, None, {})
     t = measures.machine_time(data, games)
-    assert t["A"] == {"runs": 2, "timed": 2, "hours": pytest.approx(0.3), "per_run": (0.1, 0.2),
-                      "sps": (100.0, 200.0), "restarted": 1}
-    assert t["B"] == {"runs": 1, "timed": 0, "hours": 0.0, "per_run": None, "sps": None, "restarted": 0}
+    assert t["A"] == {"runs": 3, "timed": 3, "hours": pytest.approx(0.7), "per_run": (0.1, 0.4),
+                      "sps": (50.0, 200.0), "restarted": 1,
+                      "by_game": {"Amidar": (2, pytest.approx(0.15)), "Breakout": (1, pytest.approx(0.4))}}
+    assert t["B"] == {"runs": 1, "timed": 0, "hours": 0.0, "per_run": None, "sps": None, "restarted": 0,
+                      "by_game": {}}
     md = sections.machine_time_section(t)
-    assert row("\n".join(md), "A")[1:] == ["2", "0.3", "0.1–0.2", "100–200", "1 of 2"]
+    assert row("\n".join(md), "A")[1:] == ["3", "0.7", "0.1–0.4", "50–200", "1 of 3"]
     assert row("\n".join(md), "B")[1:] == ["1", "–", "–", "–", "0 of 1"]
     assert "- B: 1 of 1 runs have no `train_seconds` (not counted)" in md

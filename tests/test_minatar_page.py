@@ -61,12 +61,13 @@ def test_write_puts_the_verdict_back_into_a_page_that_says_otherwise(tmp_path):
 
 # ----------------------------------------------------------------------------- the words on grids of known answer
 def page_data(values) -> dict:
-    """The report.json parts the verdict reads, from test_batch_claims' made-up grid (secondary outcomes empty)."""
+    """The report.json parts the verdict reads, from test_batch_claims' made-up grid; its values stand for the early
+    return and the late variance too (the other secondary outcomes empty)."""
     evaluation = compare(values, list(tbc.PLAN.tasks), list(tbc.LABELS), [("ABS", b) for b in tbc.PLAN.baselines])
     analysis = tbc.bc.batch_analysis(tbc.PLAN, evaluation, tbc.RANDOM, reps=200)
     data = {"batch_claims": report_data.batch_claims(analysis), "evaluation": report_data.compared(evaluation),
-            "early": {"wins": {}}, "late": {"wins": {}}, "trend_counts": {}, "quoted": {"schedule": {}},
-            "machine_time": {}}
+            "early": report_data.compared(evaluation), "late": report_data.compared(evaluation), "trend_counts": {},
+            "quoted": {"schedule": {}}, "machine_time": {}}
     return json.loads(json.dumps(data, allow_nan=False))  # as report.json holds it
 
 
@@ -79,6 +80,11 @@ def test_a_worse_abs_and_no_difference_are_worded_by_the_rule():
     assert ("**ABS is worse than Small**: P(ABS > Small) = 0.000 [0.000, 0.000]; ABS is above Small on 0 of 5 games "
             "by the test, below on 5 (Asterix -10.0 [") in worse
     assert "Holm" not in worse.split("**The claims**")[0]  # every run in: no Bonferroni sentence
+    # the secondary counts over the 5 complete games: ABS below each label everywhere, so never higher, always lower
+    assert ("on 0 (the paper's Section 5.2: 8 of 10 Atari games). - A higher early return (first 10% of steps) for ABS "
+            "than each fixed label (a tie is no win), in games: Small 0 of 5, Vanilla 0 of 5, Large 0 of 5") in worse
+    assert ("A lower late variance (last 10%) for ABS than each fixed label (a tie is no win), in games: Small 5 of "
+            "5") in worse
     same = words(tbc.grid({lb: 0 for lb in tbc.LABELS}, spread=5.0))
     assert "**No difference could be seen between ABS and Vanilla**: P(ABS > Vanilla) = " in same
     assert "| Asterix | " in same and "(beats)" not in same and "(is worse than)" not in same
@@ -112,11 +118,21 @@ def test_an_adjusted_p_near_alpha_shows_its_side_of_alpha():
         "0.0496", "0.0504", "0.0500", "0.030", "0.20"]
 
 
-def test_the_best_count_is_over_the_games_every_label_ran():
+def test_the_counts_over_games_are_over_the_games_with_every_run_in():
+    """Each label's mean over the same seeds: a game where one label has a seed more (as while a game's runs come in)
+    is not counted, even where that seed would change the count."""
     values = tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
     for lb in ("Small", "Vanilla", "Large"):  # Asterix: ABS's runs only
         del values[("Asterix-MinAtar", lb)]
-    assert "ABS has the highest mean primary outcome of the 4 labels on 4 of the 4 games every label" in words(values)
+    for lb in ("Small", "Vanilla", "Large"):  # Breakout: ABS has a seed fewer, the others are far above it
+        values[("Breakout-MinAtar", lb)] = {s: v + 20 for s, v in values[("Breakout-MinAtar", lb)].items()}
+    del values[("Breakout-MinAtar", "ABS")][10]
+    text = words(values)
+    assert ("Over the 3 games with every run in (Freeway, Seaquest, SpaceInvaders): ABS has the highest mean primary "
+            "outcome of the 4 labels (a tie counting for each tied label) on 3 (") in text
+    assert "in games: Small 3 of 3, Vanilla 3 of 3, Large 3 of 3 (the paper's Table 2" in text
+    none = tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop={(g, "ABS", 10) for g in tbc.PLAN.tasks})
+    assert "The counts over games (ABS best of the 4 labels, early return, late variance) wait for" in words(none)
 
 
 def test_games_left_out_of_the_aggregate_are_named_and_all_left_out_decides_by_the_games():
