@@ -149,8 +149,12 @@ def test_a_game_vanilla_does_not_learn_is_left_out_of_the_aggregate():
     values = grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0})
     for s in range(1, 11):  # Vanilla at random's level on Freeway
         values[("Freeway-MinAtar", "Vanilla")][s] = RANDOM["Freeway-MinAtar"] + 0.01 * s
+    for s in range(1, 11):  # and ABS far below Small there: P(ABS > Small) would be 4/5 with Freeway in
+        values[("Freeway-MinAtar", "ABS")][s] -= 30
     a = analyse(values)
     assert a.left_out == ["Freeway-MinAtar"] and len(a.iqm) == 4
+    small = next(c for c in a.claims if c.baseline == "Small")
+    assert small.poi == (1.0, 1.0, 1.0) and small.worse == ["Freeway-MinAtar"] and small.decision == bc.NONE
 
 
 def test_report_of_a_minatar_grid_has_the_section(tmp_path):
