@@ -58,9 +58,9 @@ def batch_claims_section(ba: BatchAnalysis) -> list[str]:
                      "decision"], rows), ""]
     done = sum(t.complete for t in ba.tests)
     md.append(f"Adjusted p: Holm's, over the {m} tests (all complete)." if ba.holm else
-              f"Adjusted p: {done} of the {m} tests complete (a test is once its game's runs are all in), so "
-              f"each one's is the Bonferroni bound min(1, {m}p), which decides a test below {plan.alpha:g} (Holm's "
-              f"is never above it); the others wait for Holm's, once all {m} are.")
+              f"Adjusted p: {done} of the {m} tests complete (a test is complete once its game's runs are all in), "
+              f"so each one's is the Bonferroni bound min(1, {m}p), which decides a test below {plan.alpha:g} "
+              f"(Holm's is never above it); the others wait for Holm's, once all {m} are.")
     md += ["", "### Across games", "",
            f"Normalised score: (return − random) / ({plan.normaliser}'s mean − random) per game; random is a "
            "uniformly random policy's mean return (`reproduce/minatar_random.csv`). A game whose "

@@ -115,7 +115,7 @@ def test_a_complete_game_is_decided_below_the_bound_and_otherwise_waits_for_holm
     assert by[("Freeway-MinAtar", "Vanilla")].difference.p == 1.0
     assert by[("Freeway-MinAtar", "Vanilla")].decision == bc.WAITING  # "no difference" only once Holm's decides
     assert [c.decision for c in a.claims] == [bc.INCOMPLETE] * 3
-    # a game is complete with every label's runs: one Large run missing keeps ABS - Small waiting too
+    # a game is complete with every label's runs: one Large run missing leaves its tests against Small incomplete too
     partial = analyse(close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0},
                                          drop=others | {("Breakout-MinAtar", "Large", 3)})))
     assert not any(t.complete for t in partial.tests if t.game == "Breakout-MinAtar")
