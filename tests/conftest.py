@@ -1,9 +1,13 @@
 """Every test starts from the same random state, whatever ran before it in its process: pytest-xdist hands tests
 to its workers in no fixed order, so a test that draws from Python's, NumPy's or torch's global generator would
 otherwise see different numbers from run to run, and one with a threshold could pass or fail by chance. The header of
-a run names the device the device tests (tests/test_cuda.py, marker `cuda`) run on."""
+a run names the device the device tests (tests/test_cuda.py, marker `cuda`) run on. `made_once` makes a long-to-make
+directory once for all the workers of a run."""
+import fcntl
 import os
 import random
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,29 @@ def same_random_state_for_every_test():
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory):
+    """made_once(name, fill) -> a directory that fill(directory) filled once in this pytest run, whichever worker asked
+    first: a module-scoped fixture is made again in every pytest-xdist worker that runs one of its tests, and the
+    published reports take up to half a minute each to make. The others wait on a lock and read it; a fill that
+    failed leaves no directory, so the next asker fills it again (and fails the same way, in its own test)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, which holds every worker's own
+
+    def make(name: str, fill) -> Path:
+        out = root / f"made-once-{name}"
+        with open(root / f"made-once-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on an exception
+            if not (root / f"made-once-{name}.done").exists():
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                fill(out)
+                (root / f"made-once-{name}.done").touch()
+        return out
+    return make
 
 
 def pytest_report_header(config):

@@ -72,19 +72,13 @@ def test_published_grid_holds_every_run_and_no_checkpoint(grid):
 
 
 @pytest.fixture(scope="module")
-def regenerated(tmp_path_factory):
-    """grid -> the directory its report was made again in, from the committed runs (once per grid)."""
-    made = {}
-
-    def make(grid: str) -> Path:
-        if grid not in made:
-            out = tmp_path_factory.mktemp(grid)
-            res = subprocess.run([sys.executable, *report_command(grid), str(out)], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=300)
-            assert res.returncode == 0, res.stdout + res.stderr
-            made[grid] = out
-        return made[grid]
-    return make
+def regenerated(made_once):
+    """grid -> the directory its report was made again in, from the committed runs (once per grid and pytest run)."""
+    def fill(grid: str, out: Path):
+        res = subprocess.run([sys.executable, *report_command(grid), str(out)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+    return lambda grid: made_once(f"report-{grid}", lambda out: fill(grid, out))
 
 
 @pytest.mark.parametrize("grid", GRIDS)
@@ -448,11 +442,11 @@ def test_ess_study_holds_every_run_and_no_checkpoint():
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mujoco-ess-1m")
-    res = subprocess.run([sys.executable, *STUDY, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return out
+def study(made_once):
+    def fill(out: Path):
+        res = subprocess.run([sys.executable, *STUDY, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+    return made_once("mujoco-ess-1m", fill)
 
 
 def test_ess_study_is_regenerated_from_the_committed_runs(study):
