@@ -7,7 +7,11 @@ permutation p and Hedges' g, the p adjusted over every (game, F) test (Holm's on
 bound before), and the per-game decision: a bound below alpha decides at once (Holm's p is never above it), a bound at
 alpha or above waits for Holm's. Across games, once every run is in: the normalised score (return - random) /
 (Vanilla's mean - random), its IQM per label and rliable's probability of improvement of ABS over each F, each with its
-95% stratified bootstrap interval, and the claim's decision."""
+95% stratified bootstrap interval, and the claim's decision.
+
+The check added during the runs (the page's "A check added during the runs", ZeroCheck): on one game, each run's share
+of training games that end at 0 after a step (zero_share), each tested label against a reference over seeds that had
+not run when it was written, with the exact permutation p and Holm's adjustment over its tests."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -15,10 +19,12 @@ from typing import NamedTuple
 import numpy as np
 
 from .runs import MINATAR
-from .stats import Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, probability_of_improvement
+from .stats import (Compared, Difference, bonferroni, bootstrap_ci, hedges_g, holm, iqm, permutation_p,
+                    probability_of_improvement)
 
 BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
 WAITING = "waits for Holm's"  # complete, its Bonferroni bound at alpha or above, some other test not complete
+MORE, LESS = "more often", "less often"  # the check's decisions: a label's games end at 0 more or less often
 
 
 class BatchPlan(NamedTuple):
@@ -67,6 +73,7 @@ class BatchAnalysis(NamedTuple):
     left_out: list  # games left out of the aggregate (normaliser within min_gap of random)
     iqm: dict  # label -> (point, lo, hi) of the normalised score's IQM; empty before every run is in
     claims: list  # Claim per baseline
+    zeros: ZeroAnalysis | None = None  # the check added during the runs (report.measure adds it)
 
 
 def applies(plan: BatchPlan, benchmark, data: dict, pairs) -> bool:
@@ -145,3 +152,59 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
             decision = NONE
         claims.append(Claim(b, pois[b], better, worse, decision))
     return BatchAnalysis(plan, tests, every, dict(random), normalisers, left_out, iqms, claims)
+
+
+class ZeroCheck(NamedTuple):
+    """A secondary outcome added during the runs, tested on seeds that had not run when it was written: on one game,
+    the share of a run's training games that end after step `after` with a return of 0, of each tested label against
+    the reference."""
+    game: str
+    after: int
+    reference: str
+    tested: tuple
+    seeds: tuple  # the held-out seeds the tests use
+    alpha: float
+    source: str
+
+
+FREEWAY_ZEROS = ZeroCheck("Freeway-MinAtar", 1_500_000, "Vanilla", ("Small", "ABS"), tuple(range(6, 11)), 0.05,
+                          "docs/results-minatar-batches.md, \"A check added during the runs\"")
+
+
+class ZeroTest(NamedTuple):
+    label: str
+    complete: bool  # the held-out seeds of every tested label and of the reference are all in
+    diff: float  # the label's mean share - the reference's, over the held-out seeds
+    p: float  # the exact two-sided permutation p of diff
+    adjusted: float  # Holm's over the check's tests
+    decision: str  # MORE, LESS, NONE or INCOMPLETE
+
+
+class ZeroAnalysis(NamedTuple):
+    check: ZeroCheck
+    shares: dict  # label -> {seed: share} of every run of the game with training games after the step (described)
+    tests: list  # ZeroTest per tested label
+
+
+def zero_share(steps, values, after: int) -> float:
+    """The share of the training games ending after step `after` (one return per game, at the step it ended) whose
+    return is 0; NaN when no game ends after it."""
+    later = np.asarray(values, dtype=float)[np.asarray(steps, dtype=float) > after]
+    return float(np.mean(later == 0)) if later.size else float("nan")
+
+
+def zero_analysis(check: ZeroCheck, shares: dict) -> ZeroAnalysis:
+    """The check's tests from shares: (game, label) -> {seed: zero_share}, as measures.per_seed gives them."""
+    mine = {lb: dict(v) for (game, lb), v in shares.items() if game == check.game}
+
+    def held(lb):
+        s = mine.get(lb, {})
+        return [s[k] for k in check.seeds] if all(k in s for k in check.seeds) else None
+    ref, nan = held(check.reference), float("nan")
+    every = ref is not None and all(held(lb) is not None for lb in check.tested)
+    tests = [ZeroTest(lb, every, float(np.mean(held(lb)) - np.mean(ref)), permutation_p(held(lb), ref)[0], nan,
+                      INCOMPLETE) if every else ZeroTest(lb, False, nan, nan, nan, INCOMPLETE) for lb in check.tested]
+    if every:
+        tests = [t._replace(adjusted=q, decision=(MORE if t.diff > 0 else LESS) if q < check.alpha else NONE)
+                 for t, q in zip(tests, holm([t.p for t in tests]))]
+    return ZeroAnalysis(check, mine, tests)

@@ -4,12 +4,13 @@
     python -m reproduce.minatar_page --check    # exit 1 when the page's section is not that text, word for word
     python -m reproduce.minatar_page --write    # replace the page's section with it (after publishing runs)
 
-The verdict follows the rule the page fixed before the runs ("The analysis, fixed before the runs"): per fixed label
-F, the claim's decision (batch_claims.py) with P(ABS > F) and the games ABS is above or below F on; per game, ABS - F
-with Welch's interval and the Holm-adjusted p; the IQM of the normalised score; then the secondary outcomes,
-described and not tested, beside the paper's counts. While runs are missing it says how many are in and which
-claims wait. Every number is the report's own, read by name from its report.json (report_data.py): this file only
-words them, and counts the games the report's per-game differences favour ABS on.
+The verdict follows the rule the page fixed before the runs ("The analysis, fixed before the runs"): per fixed label F,
+the claim's decision (batch_claims.py) with P(ABS > F) and the games ABS is above or below F on; per game, ABS - F with
+Welch's interval and the Holm-adjusted p; the IQM of the normalised score; then the secondary outcomes, described and
+not tested, beside the paper's counts; and the check added during the runs ("A check added during the runs"), by its own
+rule. While runs are missing it says how many are in and which claims wait. Every number is the report's own, read by
+name from its report.json (report_data.py): this file only words them, and counts the games the report's per-game
+differences favour ABS on.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from .cli import Parser
 from .report_data import difference, number, read_data
-from .tables import fmt, fmt_p, md_table, welch_text
+from .tables import fmt, fmt_p, fmt_points, md_table, welch_text
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "results" / "minatar-batches" / "report.json"
@@ -182,7 +183,39 @@ def verdict(data: dict) -> str:
                f"stratified bootstrap intervals, which decide nothing: {iqm}.", ""]
     md += ["**Per game**, ABS − F in return points, Welch's 95% interval, the adjusted p:", "", *pair_table(bc), "",
            "**Secondary outcomes** (described, not tested):", "", *secondary_lines(data, bc), ""]
+    if bc.get("zeros"):
+        md += [*zero_lines(bc["zeros"]), ""]
     return "\n".join(wrapped(line) for line in md)
+
+
+def zero_lines(z: dict) -> list[str]:
+    """The check added during the runs (below the analysis): each tested label against the reference, decided by its
+    rule on the held-out seeds, with the shares of the earlier seeds beside it."""
+    c = z["check"]
+    seeds, ref = f"{c['seeds'][0]}-{c['seeds'][-1]}", c["reference"]
+
+    def mean_share(label, held):  # in %, over the held-out seeds or the others; None without any
+        v = [number(x) for k, x in z["shares"].get(label, {}).items() if (int(k) in c["seeds"]) == held]
+        v = [x for x in v if x == x]
+        return f"{100 * sum(v) / len(v):.1f}%" if v else None
+
+    def earlier(label):
+        return f"{label} {mean_share(label, False) or '–'}"
+    out = [f"**A check added during the runs** (its section below): on {short(c['game'])}, the share of a run's "
+           f"training games that end after step {c['after']:,} with a return of 0, tested on seeds {seeds} alone:", ""]
+    for label, t in z["tests"].items():
+        seen = f"on the earlier seeds, mean shares {earlier(label)}, {earlier(ref)}"
+        if t["decision"] == "incomplete":
+            out.append(f"- {label} against {ref}: waits for seeds {seeds} ({seen}).")
+            continue
+        said = {"more often": f"**{label}'s training games end at 0 more often than {ref}'s**",
+                "less often": f"**{label}'s training games end at 0 less often than {ref}'s**",
+                "no difference": f"**no difference could be seen between {label} and {ref}**"}[t["decision"]]
+        diff, adjusted = 100 * number(t["diff"]), p_text(number(t["adjusted"]), c["alpha"])
+        out.append(f"- {said}: on seeds {seeds}, mean shares {label} {mean_share(label, True)}, {ref} "
+                   f"{mean_share(ref, True)} ({fmt_points(diff)} points; permutation p = "
+                   f"{fmt_p(number(t['p']))}, Holm's p = {adjusted}); {seen}.")
+    return out
 
 
 def wrapped(line: str) -> str:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import runs
-from .batch_claims import MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis
+from .batch_claims import (FREEWAY_ZEROS, MINATAR_BATCHES, BatchAnalysis, applies, batch_analysis,
+                           zero_analysis, zero_share)
 from .batch_claims_section import batch_claims_section
 from .cli import Parser
 from .events import load_events
@@ -43,7 +44,8 @@ from .figures import figures_section
 from .measures import (MUJOCO_5M, SECONDARY, Preregistered, aggregate_table, aggregate_values,
                       burn_in, burn_summary, by_label, capped_evaluations, divergence_trends, early_late,
                       final_training_return, hns_values, improvement_rates, is_preregistered, machine_time,
-                      near_constant_evaluations, normalized, not_reached, per_seed, preregistered, trend_counts)
+                      near_constant_evaluations, normalized, not_reached, per_seed, preregistered, run_curve,
+                      trend_counts)
 from .runs import (BENCHMARKS, RETURN_TAG, MixedLengths, benchmark_games, game_of,
                   load_atari_scores, load_minatar_random, out_problem, reference_pairs)
 from .preregistered_section import preregistered_section
@@ -111,6 +113,10 @@ def measure(f: Frame, table: dict, args) -> Measured:
                              args.last_games) if plan else None
     claims = batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed) \
         if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None
+    if claims:  # its check added during the runs: the share of training games at 0 after a step, per run
+        zeros = per_seed(data, [FREEWAY_ZEROS.game], lambda r: zero_share(*run_curve(r)[:2], FREEWAY_ZEROS.after)
+                         if run_curve(r) is not None and r.complete else float("nan"))
+        claims = claims._replace(zeros=zero_analysis(FREEWAY_ZEROS, zeros))
     # A pre-registered analysis's figures: each seed's evaluation return and the curves with a 95% band
     figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan or claims else None)
     return Measured(

@@ -115,12 +115,15 @@ def interval(x) -> dict:
 
 def batch_claims(a) -> dict | None:
     """batch_claims.BatchAnalysis by name: "tests" {baseline: {game: PairTest}}, "claims" {baseline: Claim, its
-    "poi" an interval}, "iqm" {label: interval}; or null where the report's runs are not such a grid's."""
+    "poi" an interval}, "iqm" {label: interval}, "zeros" the check added during the runs (ZeroAnalysis, its "tests"
+    {label: ZeroTest}); or null where the report's runs are not such a grid's."""
     if a is None:
         return None
+    z = a.zeros
     return {**plain(a), "tests": {b: {t.game: plain(t) for t in a.tests if t.baseline == b} for b in a.plan.baselines},
             "claims": {c.baseline: {**plain(c), "poi": interval(c.poi)} for c in a.claims},
-            "iqm": {lb: interval(x) for lb, x in a.iqm.items()}}
+            "iqm": {lb: interval(x) for lb, x in a.iqm.items()},
+            "zeros": {**plain(z), "tests": {t.label: plain(t) for t in z.tests}} if z else None}
 
 
 def run(r) -> dict:

@@ -53,6 +53,13 @@ def fmt_pct(x: float) -> str:
     return f"{x:.1f}%" if x is not None and np.isfinite(x) else "–"
 
 
+def fmt_points(x: float) -> str:
+    """A difference of two rates in percentage points, signed, at one decimal ("+23.5", "-0.4", "0.0")."""
+    if x is None or not np.isfinite(x):
+        return "–"
+    return f"{x:+.1f}" if round(x, 1) != 0 else "0.0"
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])

@@ -2,6 +2,7 @@
 decisions on made-up grids whose answer is known, its normalised IQM against an independent computation, the
 Bonferroni bound and the tests it decides while runs are missing, and the report's section on a grid of written runs."""
 import csv
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -157,7 +158,14 @@ def test_a_game_vanilla_does_not_learn_is_left_out_of_the_aggregate():
     assert small.poi == (1.0, 1.0, 1.0) and small.worse == ["Freeway-MinAtar"] and small.decision == bc.NONE
 
 
+# Of a Freeway run's 17 training games after step 1.5M, how many end at 0: Small 4 on every seed, ABS 2 on the seeds
+# before the check's and none after, Vanilla and Large none
+ZERO_GAMES = {"Small": lambda s: 4, "ABS": lambda s: 2 if s < 6 else 0, "Vanilla": lambda s: 0, "Large": lambda s: 0}
+
+
 def test_report_of_a_minatar_grid_has_the_section(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
     roots, written = {}, {}
     shift = {"ABS": 5.0, "Small": 0.0, "Vanilla": 0.0, "Large": -1.0}
     for lb in LABELS:
@@ -165,6 +173,11 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
             for s in range(1, 11):
                 written[(g, lb, s)] = 20.0 + shift[lb] + 0.3 * ((s * 7 + len(lb)) % 10)
                 write_run(tmp_path / lb / f"{g}__{s}", g, s, written[(g, lb, s)], total=10_000_000)
+                if g == ZEROS.game:  # training games every 0.5M steps, the first ZERO_GAMES of those after 1.5M at 0
+                    with SummaryWriter(str(tmp_path / lb / f"{g}__{s}")) as w:
+                        for i, step in enumerate(range(2_000_000, 10_000_001, 500_000)):
+                            w.add_scalar("charts/episodic_return", 0.0 if i < ZERO_GAMES[lb](s) else 30.0, step)
+                        w.add_scalar("charts/episodic_return", 0.0, 1_000_000)  # before the step: not counted
         roots[lb] = tmp_path / lb
     out = tmp_path / "report"
     p = report_cli("--runs", *[f"{lb}={d}" for lb, d in roots.items()], "--benchmark", "minatar", "--out", str(out),
@@ -201,6 +214,15 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
     assert data["iqm"]["Large"]["point"] == pytest.approx(float(large["point"]))
     assert data["tests"]["Small"]["Breakout-MinAtar"]["difference"]["diff"] == pytest.approx(5.0 + 0.3 * (
         np.mean([(s * 7 + 3) % 10 for s in range(1, 11)]) - np.mean([(s * 7 + 5) % 10 for s in range(1, 11)])))
+    # the check added during the runs, from the runs' events: Small's share 4 / 17 on every seed, ABS's as Vanilla's
+    # on seeds 6-10 (0)
+    zeros = data["zeros"]
+    assert zeros["shares"]["Small"] == {str(s): pytest.approx(4 / 17) for s in range(1, 11)}
+    assert zeros["shares"]["ABS"] == {str(s): pytest.approx(2 / 17 if s < 6 else 0.0) for s in range(1, 11)}
+    assert zeros["tests"]["Small"]["p"] == pytest.approx(2 / 252) and zeros["tests"]["ABS"]["p"] == 1.0
+    assert {lb: t["decision"] for lb, t in zeros["tests"].items()} == {"Small": bc.MORE, "ABS": bc.NONE}
+    assert "| Small | 23.5% (23.5-23.5%, 5 runs) | 23.5% (23.5-23.5%, 5 runs) |" in md
+    assert "| Small | +23.5 | 0.008 | 0.016 | Small's games end at 0 more often than Vanilla's |" in md
     # the results page's words for it (reproduce/minatar_page.py): every claim decided, with its numbers
     words = " ".join(minatar_page.verdict(json.loads((out / "report.json").read_text())).split())
     assert ("200 of 200 runs are in; games with every run in: Asterix, Breakout, Freeway, Seaquest, SpaceInvaders."
@@ -211,3 +233,61 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
                     for lb in LABELS for r in [aggregates[(lb, "IQM of normalised score")]])
     assert ("IQM of the normalised score (0 = random, 1 = Vanilla's mean), with 95% stratified bootstrap intervals, "
             f"which decide nothing: {iqm}.") in words
+    assert ("**Small's training games end at 0 more often than Vanilla's**: on seeds 6-10, mean shares Small 23.5%, "
+            "Vanilla 0.0% (+23.5 points; permutation p = 0.008, Holm's p = 0.016); on the earlier seeds, mean shares "
+            "Small 23.5%, Vanilla 0.0%.") in words
+    assert ("**no difference could be seen between ABS and Vanilla**: on seeds 6-10, mean shares ABS 0.0%, "
+            "Vanilla 0.0% (0.0 points; permutation p = 1.00, Holm's p = 1.00); on the earlier seeds, mean shares "
+            "ABS 11.8%, Vanilla 0.0%.") in words
+
+
+# ------------------------------------------------------------------ the check added during the runs (ZeroCheck)
+ZEROS = bc.FREEWAY_ZEROS
+
+
+def test_zero_share_counts_the_games_ending_after_the_step_at_zero():
+    steps, values = [1_000_000, 1_500_000, 1_500_001, 2_000_000, 9_000_000], [0.0, 0.0, 0.0, 3.0, 0.0]
+    assert bc.zero_share(steps, values, 1_500_000) == pytest.approx(2 / 3)  # 1,500,000 itself is not after it
+    assert bc.zero_share(steps, [5.0] * 5, 1_500_000) == 0.0
+    assert np.isnan(bc.zero_share([1_000_000], [0.0], 1_500_000))  # no game after the step
+
+
+def exact_p(a, b):
+    """The two-sided permutation p over every split, counted here with itertools alone."""
+    pooled, observed = list(a) + list(b), abs(np.mean(a) - np.mean(b))
+    splits = list(itertools.combinations(range(len(pooled)), len(a)))
+    hits = sum(abs(np.mean([pooled[i] for i in s]) - np.mean([pooled[i] for i in range(len(pooled)) if i not in s]))
+               >= observed - 1e-12 for s in splits)
+    return hits / len(splits)
+
+
+def zero_shares(small, abs_, vanilla, seeds=range(1, 11)):
+    """(game, label) -> {seed: share}, Freeway's, from each label's share per seed; a far-off pattern on seeds 1-5."""
+    early = {"Small": 0.0, "ABS": 0.9, "Vanilla": 0.5}
+    return {("Freeway-MinAtar", lb): {s: (v[s - 6] if s >= 6 else early[lb]) for s in seeds}
+            for lb, v in (("Small", small), ("ABS", abs_), ("Vanilla", vanilla))} | {
+        ("Asterix-MinAtar", "Small"): {s: 0.0 for s in seeds}}
+
+
+def test_the_check_tests_the_held_out_seeds_alone_with_holm_over_its_two_tests():
+    small, same, vanilla = [0.15, 0.3, 0.2, 0.4, 0.25], [0.0, 0.01, 0.0, 0.02, 0.0], [0.0, 0.0, 0.0, 0.01, 0.02]
+    z = bc.zero_analysis(ZEROS, zero_shares(small, same, vanilla))
+    by = {t.label: t for t in z.tests}
+    assert by["Small"].p == pytest.approx(exact_p(small, vanilla)) == pytest.approx(2 / 252)
+    assert by["ABS"].p == pytest.approx(exact_p(same, vanilla))
+    assert by["Small"].diff == pytest.approx(np.mean(small) - np.mean(vanilla))
+    assert by["Small"].adjusted == pytest.approx(2 * 2 / 252)  # Holm: the smaller p times 2
+    assert by["ABS"].adjusted == pytest.approx(max(2 * 2 / 252, by["ABS"].p))
+    assert (by["Small"].decision, by["ABS"].decision) == (bc.MORE, bc.NONE)
+    assert set(z.shares) == {"Small", "ABS", "Vanilla"} and len(z.shares["ABS"]) == 10  # all seeds, described
+    # seeds 1-5 do not enter the tests; a label whose games end at 0 less often is "less often"
+    flipped = bc.zero_analysis(ZEROS, zero_shares(vanilla, small[::-1], small))
+    assert [t.decision for t in flipped.tests] == [bc.LESS, bc.NONE]
+
+
+def test_the_check_waits_until_every_held_out_run_of_its_labels_is_in():
+    shares = zero_shares([0.2] * 5, [0.2] * 5, [0.0] * 5)
+    del shares[("Freeway-MinAtar", "ABS")][10]  # ABS's seed 10 not in: both tests wait (Holm needs both)
+    z = bc.zero_analysis(ZEROS, shares)
+    assert [(t.complete, t.decision) for t in z.tests] == [(False, bc.INCOMPLETE)] * 2
+    assert all(np.isnan(t.p) and np.isnan(t.adjusted) for t in z.tests)

@@ -87,3 +87,18 @@ def test_the_minatar_page_states_the_side_by_sides_numbers():
     for game, _, ours, _, theirs, diff in late:
         for said in (ours, theirs, diff):
             assert said in doc, (game, "late training return", said)
+
+
+@pytest.mark.parametrize("label", ["Small", "ABS"])
+def test_the_checks_share_of_games_at_zero_is_tensorboards(label):
+    """The committed report's share of Freeway's training games ending at 0 after step 1.5M (the check added during
+    the runs) against the same share from TensorBoard's own reader of seed 1's events (a run resumed once)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(RUNS / label / "Freeway-MinAtar__1"), size_guidance={"scalars": 0})
+    ea.Reload()
+    later = [e.value for e in ea.Scalars("charts/episodic_return") if e.step > 1_500_000]
+    zeros = json.loads((HERE / "report.json").read_text())["batch_claims"]["zeros"]
+    assert zeros["check"]["after"] == 1_500_000 and len(later) > 1000
+    share = sum(v == 0 for v in later) / len(later)
+    assert zeros["shares"][label]["1"] == pytest.approx(share, abs=1e-12) and share > 0.05
