@@ -25,6 +25,7 @@ from .stats import (Compared, Difference, bonferroni, bootstrap_ci, hedges_g, ho
 BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
 WAITING = "waits for Holm's"  # complete, its Bonferroni bound at alpha or above, some other test not complete
 MORE, LESS = "more often", "less often"  # the check's decisions: a label's games end at 0 more or less often
+UNDEFINED = "cannot be decided"  # the check's held-out runs are in, but one has no share
 
 
 class BatchPlan(NamedTuple):
@@ -162,27 +163,38 @@ class ZeroCheck(NamedTuple):
     after: int
     reference: str
     tested: tuple
+    seen: tuple  # the seeds whose runs suggested the check: described, not tested
     seeds: tuple  # the held-out seeds the tests use
     alpha: float
     source: str
 
 
-FREEWAY_ZEROS = ZeroCheck("Freeway-MinAtar", 1_500_000, "Vanilla", ("Small", "ABS"), tuple(range(6, 11)), 0.05,
+FREEWAY_ZEROS = ZeroCheck("Freeway-MinAtar", 1_500_000, "Vanilla", ("Small", "ABS"), tuple(range(1, 6)),
+                          tuple(range(6, 11)), 0.05,
                           "docs/results-minatar-batches.md, \"A check added during the runs\"")
 
 
 class ZeroTest(NamedTuple):
     label: str
-    complete: bool  # the held-out seeds of every tested label and of the reference are all in
+    complete: bool  # the held-out runs of every tested label and of the reference are all in, each with a share
     diff: float  # the label's mean share - the reference's, over the held-out seeds
     p: float  # the exact two-sided permutation p of diff
     adjusted: float  # Holm's over the check's tests
-    decision: str  # MORE, LESS, NONE or INCOMPLETE
+    decision: str  # MORE, LESS, NONE, INCOMPLETE or UNDEFINED
+    no_share: tuple = ()  # the held-out runs in without a share ("Small seed 7"), which leave the check UNDEFINED
+
+
+class Spread(NamedTuple):
+    mean: float
+    lowest: float
+    highest: float
+    runs: int
 
 
 class ZeroAnalysis(NamedTuple):
     check: ZeroCheck
-    shares: dict  # label -> {seed: share} of every run of the game with training games after the step (described)
+    shares: dict  # label -> {seed: share, NaN for a run without one} over the check's seen and held-out seeds
+    spread: dict  # label -> {"seen": Spread | None, "held": Spread | None}: the shares of those seeds that exist
     tests: list  # ZeroTest per tested label
 
 
@@ -193,18 +205,30 @@ def zero_share(steps, values, after: int) -> float:
     return float(np.mean(later == 0)) if later.size else float("nan")
 
 
-def zero_analysis(check: ZeroCheck, shares: dict) -> ZeroAnalysis:
-    """The check's tests from shares: (game, label) -> {seed: zero_share}, as measures.per_seed gives them."""
-    mine = {lb: dict(v) for (game, lb), v in shares.items() if game == check.game}
+def spread(values) -> Spread | None:
+    v = [x for x in values if np.isfinite(x)]
+    return Spread(float(np.mean(v)), min(v), max(v), len(v)) if v else None
 
-    def held(lb):
-        s = mine.get(lb, {})
-        return [s[k] for k in check.seeds] if all(k in s for k in check.seeds) else None
-    ref, nan = held(check.reference), float("nan")
-    every = ref is not None and all(held(lb) is not None for lb in check.tested)
-    tests = [ZeroTest(lb, every, float(np.mean(held(lb)) - np.mean(ref)), permutation_p(held(lb), ref)[0], nan,
-                      INCOMPLETE) if every else ZeroTest(lb, False, nan, nan, nan, INCOMPLETE) for lb in check.tested]
-    if every:
+
+def zero_analysis(check: ZeroCheck, shares: dict) -> ZeroAnalysis:
+    """The check's tests from shares: (game, label) -> {seed: zero_share of a run in, NaN where it has none}. Seeds
+    outside the check's seen and held-out ones are left out. The tests wait until every held-out run of the
+    reference and the tested labels is in; a run in without a share (its events damaged, or no game after the step)
+    leaves them undecided, named."""
+    mine = {lb: {k: float(v) for k, v in sorted(by_seed.items()) if k in check.seen + check.seeds}
+            for (game, lb), by_seed in shares.items() if game == check.game}
+    labels, nan = (check.reference, *check.tested), float("nan")
+    every = all(set(check.seeds) <= set(mine.get(lb, {})) for lb in labels)
+    missing = tuple(f"{lb} seed {k}" for lb in labels for k in check.seeds if every and not np.isfinite(mine[lb][k]))
+    if not every or missing:
+        tests = [ZeroTest(lb, False, nan, nan, nan, UNDEFINED if every else INCOMPLETE, missing)
+                 for lb in check.tested]
+    else:
+        ref = [mine[check.reference][k] for k in check.seeds]
+        tests = [ZeroTest(lb, True, float(np.mean(x) - np.mean(ref)), permutation_p(x, ref)[0], nan, INCOMPLETE)
+                 for lb in check.tested for x in [[mine[lb][k] for k in check.seeds]]]
         tests = [t._replace(adjusted=q, decision=(MORE if t.diff > 0 else LESS) if q < check.alpha else NONE)
                  for t, q in zip(tests, holm([t.p for t in tests]))]
-    return ZeroAnalysis(check, mine, tests)
+    spreads = {lb: {"seen": spread([v for k, v in s.items() if k in check.seen]),
+                    "held": spread([v for k, v in s.items() if k in check.seeds])} for lb, s in mine.items()}
+    return ZeroAnalysis(check, mine, spreads, tests)

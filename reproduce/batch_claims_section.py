@@ -6,7 +6,8 @@ from math import comb
 
 import numpy as np
 
-from .batch_claims import BEATS, INCOMPLETE, LESS, MORE, NONE, WAITING, WORSE, BatchAnalysis, ZeroAnalysis
+from .batch_claims import (BEATS, INCOMPLETE, LESS, MORE, NONE, UNDEFINED, WAITING, WORSE, BatchAnalysis,
+                           ZeroAnalysis)
 from .tables import fmt, fmt_p, fmt_pct, fmt_points, md_table, welch_text
 
 
@@ -81,37 +82,41 @@ def batch_claims_section(ba: BatchAnalysis) -> list[str]:
     return md + (zero_section(ba.zeros) if ba.zeros else [])
 
 
-def shares_text(values: list) -> str:
-    """Shares' mean and range in %, and how many runs: "21.0% (5.0-43.0%, 5 runs)"."""
-    if not values:
+def shares_text(x) -> str:
+    """A batch_claims.Spread of shares in %: "21.0% (5.0-43.0%, 5 runs)"."""
+    if x is None:
         return "–"
-    return (f"{fmt_pct(100 * np.mean(values))} ({100 * min(values):.1f}-{100 * max(values):.1f}%, "
-            f"{len(values)} run{'s' * (len(values) != 1)})")
+    return (f"{fmt_pct(100 * x.mean)} ({100 * x.lowest:.1f}-{100 * x.highest:.1f}%, "
+            f"{x.runs} run{'s' * (x.runs != 1)})")
 
 
-def zero_decision(t, ref: str) -> str:
-    return {MORE: f"{t.label}'s games end at 0 more often than {ref}'s",
-            LESS: f"{t.label}'s games end at 0 less often than {ref}'s", NONE: "no difference",
-            INCOMPLETE: "waits for the held-out seeds"}[t.decision]
+def zero_decision(t, check) -> str:
+    """A ZeroTest's decision in the words of the check's rule."""
+    ref, game = check.reference, check.game
+    return {MORE: f"{t.label}'s training games end at 0 more often than {ref}'s on {game}",
+            LESS: f"{t.label}'s training games end at 0 less often than {ref}'s on {game}",
+            NONE: "no difference could be seen", INCOMPLETE: "waits for the held-out seeds",
+            UNDEFINED: f"cannot be decided: no share for {', '.join(t.no_share)}"}[t.decision]
 
 
 def zero_section(z: ZeroAnalysis) -> list[str]:
     """The check added during the runs (batch_claims.ZeroCheck): each label's shares, and its tests."""
     c, n = z.check, len(z.check.seeds)
-    seeds = f"{c.seeds[0]}-{c.seeds[-1]}"
+    seeds, seen = f"{c.seeds[0]}-{c.seeds[-1]}", f"{c.seen[0]}-{c.seen[-1]}"
     md = ["### A check added during the runs: training games at 0", "",
-          f"Added during the runs ({c.source}), from what the first seeds of {c.game} showed, and tested on seeds "
+          f"Added during the runs ({c.source}), from what seeds {seen} of {c.game} showed, and tested on seeds "
           f"{seeds} alone: each run's share of its training games that end after step {c.after:,} with a return of "
           f"0. {' and '.join(c.tested)}, each against {c.reference}: the difference of the mean shares over seeds "
           f"{seeds}, its exact two-sided permutation p over all C({2 * n}, {n}) = {comb(2 * n, n):,} splits, Holm's "
           f"adjustment over the {len(z.tests)} tests at alpha = {c.alpha:g}; tested once the held-out runs of "
-          f"{', '.join((c.reference, *c.tested))} are all in.", ""]
-    order = [c.reference, *c.tested, *sorted(lb for lb in z.shares if lb not in (c.reference, *c.tested))]
-    rows = [[lb, shares_text([v for k, v in z.shares[lb].items() if k not in c.seeds]),
-             shares_text([v for k, v in z.shares[lb].items() if k in c.seeds])] for lb in order if lb in z.shares]
-    md += [md_table(["label", "share at 0, earlier seeds (described)", f"share at 0, seeds {seeds} (tested)"], rows),
+          f"{', '.join((c.reference, *c.tested))} are all in. Seeds {seen} suggested the check: described, not "
+          "tested.", ""]
+    order = [c.reference, *c.tested, *sorted(lb for lb in z.spread if lb not in (c.reference, *c.tested))]
+    rows = [[lb, shares_text(z.spread[lb]["seen"]), shares_text(z.spread[lb]["held"])] for lb in order
+            if lb in z.spread]
+    md += [md_table(["label", f"share at 0, seeds {seen} (described)", f"share at 0, seeds {seeds} (tested)"], rows),
            ""]
     md += [md_table(["label", f"− {c.reference} (percentage points)", "permutation p", "Holm's p", "decision"],
-                    [[t.label, fmt_points(100 * t.diff), fmt_p(t.p), fmt_p(t.adjusted),
-                      zero_decision(t, c.reference)] for t in z.tests]), ""]
+                    [[t.label, fmt_points(100 * t.diff), fmt_p(t.p), fmt_p(t.adjusted), zero_decision(t, c)]
+                     for t in z.tests]), ""]
     return md

@@ -189,32 +189,33 @@ def verdict(data: dict) -> str:
 
 
 def zero_lines(z: dict) -> list[str]:
-    """The check added during the runs (below the analysis): each tested label against the reference, decided by its
-    rule on the held-out seeds, with the shares of the earlier seeds beside it."""
+    """The check added during the runs (its section below the analysis): each tested label against the reference,
+    decided by its rule on the held-out seeds, with the seeds that suggested it beside, described."""
     c = z["check"]
-    seeds, ref = f"{c['seeds'][0]}-{c['seeds'][-1]}", c["reference"]
+    seeds, seen = f"{c['seeds'][0]}-{c['seeds'][-1]}", f"{c['seen'][0]}-{c['seen'][-1]}"
+    ref, game = c["reference"], short(c["game"])
 
-    def mean_share(label, held):  # in %, over the held-out seeds or the others; None without any
-        v = [number(x) for k, x in z["shares"].get(label, {}).items() if (int(k) in c["seeds"]) == held]
-        v = [x for x in v if x == x]
-        return f"{100 * sum(v) / len(v):.1f}%" if v else None
+    def mean(label, part):  # the mean share of the seeds of `part` ("seen", "held") in %
+        x = z["spread"].get(label, {}).get(part)
+        return f"{100 * number(x['mean']):.1f}%" if x else "–"
 
-    def earlier(label):
-        return f"{label} {mean_share(label, False) or '–'}"
-    out = [f"**A check added during the runs** (its section below): on {short(c['game'])}, the share of a run's "
-           f"training games that end after step {c['after']:,} with a return of 0, tested on seeds {seeds} alone:", ""]
+    def shares(label, part):
+        return f"mean shares {label} {mean(label, part)}, {ref} {mean(ref, part)}"
+    out = [f"**A check added during the runs** (its section below): on {game}, the share of a run's training games "
+           f"that end after step {c['after']:,} with a return of 0, tested on seeds {seeds} alone:", ""]
     for label, t in z["tests"].items():
-        seen = f"on the earlier seeds, mean shares {earlier(label)}, {earlier(ref)}"
-        if t["decision"] == "incomplete":
-            out.append(f"- {label} against {ref}: waits for seeds {seeds} ({seen}).")
+        seen_text = f"seeds {seen}, which suggested the check and are not tested: {shares(label, 'seen')}"
+        if t["decision"] in ("incomplete", "cannot be decided"):
+            why = (f"cannot be decided: no share for {', '.join(t['no_share'])}" if t["decision"] != "incomplete"
+                   else f"waits for seeds {seeds}")
+            out.append(f"- {label} against {ref}: {why} ({seen_text}).")
             continue
-        said = {"more often": f"**{label}'s training games end at 0 more often than {ref}'s**",
-                "less often": f"**{label}'s training games end at 0 less often than {ref}'s**",
+        said = {"more often": f"**{label}'s training games end at 0 more often than {ref}'s on {game}**",
+                "less often": f"**{label}'s training games end at 0 less often than {ref}'s on {game}**",
                 "no difference": f"**no difference could be seen between {label} and {ref}**"}[t["decision"]]
-        diff, adjusted = 100 * number(t["diff"]), p_text(number(t["adjusted"]), c["alpha"])
-        out.append(f"- {said}: on seeds {seeds}, mean shares {label} {mean_share(label, True)}, {ref} "
-                   f"{mean_share(ref, True)} ({fmt_points(diff)} points; permutation p = "
-                   f"{fmt_p(number(t['p']))}, Holm's p = {adjusted}); {seen}.")
+        out.append(f"- {said}: on seeds {seeds}, {shares(label, 'held')} ({fmt_points(100 * number(t['diff']))} "
+                   f"points; permutation p = {fmt_p(number(t['p']))}, Holm's p = "
+                   f"{p_text(number(t['adjusted']), c['alpha'])}); {seen_text}.")
     return out
 
 

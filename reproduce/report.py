@@ -113,10 +113,11 @@ def measure(f: Frame, table: dict, args) -> Measured:
                              args.last_games) if plan else None
     claims = batch_analysis(MINATAR_BATCHES, evaluation, load_minatar_random(), args.reps, args.seed) \
         if applies(MINATAR_BATCHES, args.benchmark, data, f.pairs) else None
-    if claims:  # its check added during the runs: the share of training games at 0 after a step, per run
-        zeros = per_seed(data, [FREEWAY_ZEROS.game], lambda r: zero_share(*run_curve(r)[:2], FREEWAY_ZEROS.after)
-                         if run_curve(r) is not None and r.complete else float("nan"))
-        claims = claims._replace(zeros=zero_analysis(FREEWAY_ZEROS, zeros))
+    if claims:  # its check added during the runs: each run's share of training games at 0 after a step (NaN: none)
+        z = FREEWAY_ZEROS
+        shares = {(z.game, lb): {s: zero_share(*c[:2], z.after) if (c := run_curve(r)) else float("nan")
+                                 for s, r in by_game.get(z.game, {}).items()} for lb, by_game in data.items()}
+        claims = claims._replace(zeros=zero_analysis(z, shares))
     # A pre-registered analysis's figures: each seed's evaluation return and the curves with a 95% band
     figures = figure_data(data, games, rates, args.bins, burn, evaluation if plan or claims else None)
     return Measured(

@@ -222,7 +222,8 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
     assert zeros["tests"]["Small"]["p"] == pytest.approx(2 / 252) and zeros["tests"]["ABS"]["p"] == 1.0
     assert {lb: t["decision"] for lb, t in zeros["tests"].items()} == {"Small": bc.MORE, "ABS": bc.NONE}
     assert "| Small | 23.5% (23.5-23.5%, 5 runs) | 23.5% (23.5-23.5%, 5 runs) |" in md
-    assert "| Small | +23.5 | 0.008 | 0.016 | Small's games end at 0 more often than Vanilla's |" in md
+    assert ("| Small | +23.5 | 0.008 | 0.016 | Small's training games end at 0 more often than Vanilla's on "
+            "Freeway-MinAtar |") in md and "| ABS | 0.0 | 1.00 | 1.00 | no difference could be seen |" in md
     # the results page's words for it (reproduce/minatar_page.py): every claim decided, with its numbers
     words = " ".join(minatar_page.verdict(json.loads((out / "report.json").read_text())).split())
     assert ("200 of 200 runs are in; games with every run in: Asterix, Breakout, Freeway, Seaquest, SpaceInvaders."
@@ -233,12 +234,12 @@ def test_report_of_a_minatar_grid_has_the_section(tmp_path):
                     for lb in LABELS for r in [aggregates[(lb, "IQM of normalised score")]])
     assert ("IQM of the normalised score (0 = random, 1 = Vanilla's mean), with 95% stratified bootstrap intervals, "
             f"which decide nothing: {iqm}.") in words
-    assert ("**Small's training games end at 0 more often than Vanilla's**: on seeds 6-10, mean shares Small 23.5%, "
-            "Vanilla 0.0% (+23.5 points; permutation p = 0.008, Holm's p = 0.016); on the earlier seeds, mean shares "
-            "Small 23.5%, Vanilla 0.0%.") in words
+    assert ("**Small's training games end at 0 more often than Vanilla's on Freeway**: on seeds 6-10, mean shares "
+            "Small 23.5%, Vanilla 0.0% (+23.5 points; permutation p = 0.008, Holm's p = 0.016); seeds 1-5, which "
+            "suggested the check and are not tested: mean shares Small 23.5%, Vanilla 0.0%.") in words
     assert ("**no difference could be seen between ABS and Vanilla**: on seeds 6-10, mean shares ABS 0.0%, "
-            "Vanilla 0.0% (0.0 points; permutation p = 1.00, Holm's p = 1.00); on the earlier seeds, mean shares "
-            "ABS 11.8%, Vanilla 0.0%.") in words
+            "Vanilla 0.0% (0.0 points; permutation p = 1.00, Holm's p = 1.00); seeds 1-5, which suggested the check "
+            "and are not tested: mean shares ABS 11.8%, Vanilla 0.0%.") in words
 
 
 # ------------------------------------------------------------------ the check added during the runs (ZeroCheck)
@@ -285,9 +286,38 @@ def test_the_check_tests_the_held_out_seeds_alone_with_holm_over_its_two_tests()
     assert [t.decision for t in flipped.tests] == [bc.LESS, bc.NONE]
 
 
+def test_the_check_adjusts_by_holm_not_by_bonferroni_nor_leaves_p_raw():
+    low = [0.1, 0.2, 0.3, 0.4, 0.0]  # against Vanilla's five zeros: p = 12 / 252 = 0.048
+    assert exact_p(low, [0.0] * 5) == pytest.approx(12 / 252)
+    # Small's p = 2 / 252 and ABS's 12 / 252: Holm's ABS p is max(2 x 2 / 252, 12 / 252) = 0.048, below alpha (the
+    # Bonferroni bound, 2 x 12 / 252 = 0.095, is not)
+    z = bc.zero_analysis(ZEROS, zero_shares([0.1, 0.2, 0.3, 0.4, 0.5], low, [0.0] * 5))
+    assert [t.adjusted for t in z.tests] == pytest.approx([4 / 252, 12 / 252])
+    assert [t.decision for t in z.tests] == [bc.MORE, bc.MORE]
+    # both p = 12 / 252, below alpha alone: Holm's are 24 / 252 = 0.095, so no difference could be seen
+    z = bc.zero_analysis(ZEROS, zero_shares(low, low, [0.0] * 5))
+    assert [t.adjusted for t in z.tests] == pytest.approx([24 / 252] * 2)
+    assert [t.decision for t in z.tests] == [bc.NONE, bc.NONE]
+
+
 def test_the_check_waits_until_every_held_out_run_of_its_labels_is_in():
     shares = zero_shares([0.2] * 5, [0.2] * 5, [0.0] * 5)
     del shares[("Freeway-MinAtar", "ABS")][10]  # ABS's seed 10 not in: both tests wait (Holm needs both)
     z = bc.zero_analysis(ZEROS, shares)
     assert [(t.complete, t.decision) for t in z.tests] == [(False, bc.INCOMPLETE)] * 2
     assert all(np.isnan(t.p) and np.isnan(t.adjusted) for t in z.tests)
+    assert z.spread["ABS"]["held"] == bc.Spread(0.2, 0.2, 0.2, 4) and z.spread["ABS"]["seen"].runs == 5
+
+
+def test_a_held_out_run_without_a_share_leaves_the_check_undecided_and_an_outside_seed_is_left_out():
+    shares = zero_shares([0.2] * 5, [0.2] * 5, [0.0] * 5)
+    shares[("Freeway-MinAtar", "Small")][7] = float("nan")  # in, but no game after the step (or damaged events)
+    shares[("Freeway-MinAtar", "Vanilla")][11] = 0.9  # a seed outside 1-10
+    z = bc.zero_analysis(ZEROS, shares)
+    assert [(t.complete, t.decision, t.no_share) for t in z.tests] == [(False, bc.UNDEFINED, ("Small seed 7",))] * 2
+    assert 11 not in z.shares["Vanilla"] and z.spread["Small"]["held"].runs == 4
+    del shares[("Freeway-MinAtar", "Small")][7]  # not in at all: it waits instead
+    assert [t.decision for t in bc.zero_analysis(ZEROS, shares).tests] == [bc.INCOMPLETE] * 2
+    shares[("Freeway-MinAtar", "Small")][7] = 0.2  # every held-out run in with a share: decided, seed 11 aside
+    z = bc.zero_analysis(ZEROS, shares)
+    assert [t.decision for t in z.tests] == [bc.MORE] * 2 and z.tests[0].p == pytest.approx(2 / 252)

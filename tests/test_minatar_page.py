@@ -148,3 +148,23 @@ def test_games_left_out_of_the_aggregate_are_named_and_all_left_out_decides_by_t
     assert ("**ABS is worse than Small**: no P(ABS > Small): every game left out of the aggregate; ABS is above "
             "Small on 0 of 5 games by the test, below on 5") in text
     assert "**No difference could be seen between ABS and Vanilla**: no P(ABS > Vanilla)" in text
+
+
+def test_the_check_added_during_the_runs_is_worded_by_its_rule():
+    """Each decision of the check (batch_claims.zero_analysis) in the page's words, on report.json's data."""
+    data = read_data(minatar_page.REPORT)
+    z = data["batch_claims"]["zeros"]
+
+    def line(label, decision, no_share=(), diff=-0.2, p=0.008, adjusted=0.016):
+        z["tests"][label] |= {"decision": decision, "no_share": list(no_share), "diff": diff, "p": p,
+                              "adjusted": adjusted}
+        text = " ".join(minatar_page.verdict(data).split())
+        return text.split(f"- **{label}'s training" if decision in ("more often", "less often") else
+                          f"- {label} against")[1]
+    assert line("Small", "less often").startswith(
+        " games end at 0 less often than Vanilla's on Freeway**: on seeds 6-10, mean shares Small ")
+    assert "(-20.0 points; permutation p = 0.008, Holm's p = 0.016); seeds 1-5, which suggested" in line(
+        "Small", "less often")
+    assert line("ABS", "cannot be decided", ["ABS seed 7"]).startswith(
+        " Vanilla: cannot be decided: no share for ABS seed 7 (seeds 1-5, which suggested the check and are "
+        "not tested: mean shares ABS ")
