@@ -107,6 +107,20 @@ def test_pairwise_wins_and_robust_improvement():
     assert stats.finite(np.median, [1.0, np.nan, 3.0, 10.0]) == 3.0
 
 
+def test_probability_of_improvement_by_hand_and_as_rliables():
+    from rliable import metrics
+
+    # one game: X's runs 1, 2, 3 against Y's 2, 0: 4 pairs above (1 > 0, 2 > 0, 3 > 2, 3 > 0), 1 tie (2 = 2)
+    assert stats.probability_of_improvement([[1.0], [2.0], [3.0]], [[2.0], [0.0]]) == pytest.approx(4.5 / 6)
+    assert stats.probability_of_improvement([[5.0, 1.0]], [[1.0, 5.0]]) == 0.5  # 1 on one game, 0 on the other
+    assert np.isnan(stats.probability_of_improvement([[np.nan]], [[1.0]]))
+    rng = np.random.default_rng(0)
+    for runs_x, runs_y, games in ((10, 10, 5), (3, 7, 2), (1, 1, 1)):
+        x, y = rng.integers(0, 4, (runs_x, games)).astype(float), rng.integers(0, 4, (runs_y, games)).astype(float)
+        for a, b in ((x, y), (y, x), (x, x)):  # with ties, and equal arrays (rliable's 0.5 without counting)
+            assert stats.probability_of_improvement(a, b) == metrics.probability_of_improvement(a, b)
+
+
 def test_bootstrap_ci_contains_point_and_shrinks_with_seeds():
     rng = np.random.default_rng(0)
     games = rng.uniform(0.2, 2.0, size=5)
@@ -276,7 +290,7 @@ def test_permutation_p_counts_ties_as_its_definition_does():
         a, b, exact_limit=10, samples=300, seed=3)
 
 
-def test_permutation_p_of_10_vs_10_runs_by_every_split():
+def test_permutation_p_of_10_vs_10_runs_by_every_split(monkeypatch):
     """10 vs 10 runs (the 10-seed MuJoCo grid): all C(20, 10) = 184,756 splits. Integer returns make the check
     independent of float sums: a split with first-group sum S has difference of means (2 S - T) / 10 (T: the pooled
     sum), so it counts when |2 S - T| >= |2 S_observed - T|. The splits are the subsets of ten of the 20 runs: the
@@ -292,6 +306,10 @@ def test_permutation_p_of_10_vs_10_runs_by_every_split():
     p, n, exact = stats.permutation_p(a, b)
     assert (n, exact) == (184_756, True) and p == hits / 184_756
     assert 0 < p < 0.01  # the ten PPO+ABS-like returns lie above most of the others
+    # the splits listed once and kept (splits.split_table) or, above KEPT_SPLITS, listed chunk by chunk: the same p
+    assert stats.KEPT_SPLITS >= 184_756 and stats.split_table(20, 10).shape == (184_756, 10)
+    monkeypatch.setattr(stats, "KEPT_SPLITS", 0)
+    assert stats.permutation_p(a, b) == (p, n, exact)
 
 
 def test_permutation_p_of_a_value_that_is_not_finite_or_an_empty_side_is_nan():
