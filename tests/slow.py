@@ -20,11 +20,15 @@ EVERY_SCRIPT = {
 
 # Whole tests (every parameter), by file; "name[param]" names one parameter.
 SLOW = {
-    # the device checks' end-to-end runs (their update-against-CPU cases and PPO-Atari's run stay in `pytest`)
+    # the device checks' end-to-end runs (their update-against-CPU cases stay in `pytest`; each script's own
+    # end-to-end tests run it on the CPU there)
     "test_cuda.py": ("test_pqn_bf16_compile_end_to_end_on_device", "test_pqn_abs_end_to_end_on_device",
-                     "test_btr_abs_end_to_end_on_device", "test_gns_end_to_end_on_device"),
-    # bfloat16 and torch.compile end to end: on a CPU at tiny shapes bfloat16 is slower than float32
-    "test_abs_pqn_atari.py": ("test_end_to_end_bf16_compile", "test_one_event_per_finished_game_at_its_step",
+                     "test_btr_abs_end_to_end_on_device", "test_gns_end_to_end_on_device",
+                     "test_ppo_atari_abs_end_to_end_on_device"),
+    # bfloat16 and torch.compile end to end: on a CPU at tiny shapes bfloat16 is slower than float32; and PQN's large
+    # network (pqn-l) end to end (its other end-to-end runs, on the default network, stay in `pytest`)
+    "test_abs_pqn_atari.py": ("test_end_to_end_bf16_compile", "test_end_to_end_fixed_baseline_and_pqn_l",
+                              "test_one_event_per_finished_game_at_its_step",
                               "test_evaluation_of_a_game_without_fire_is_the_same_with_and_without_the_flag",
                               "test_compile_without_a_compiler_is_a_one_line_error",
                               "test_resume_continues_step_count_and_run_dir"),
