@@ -206,8 +206,8 @@ def zero_lines(z: dict) -> list[str]:
     for label, t in z["tests"].items():
         seen_text = f"seeds {seen}, which suggested the check and are not tested: {shares(label, 'seen')}"
         if t["decision"] in ("incomplete", "cannot be decided"):
-            why = (f"cannot be decided: no share for {', '.join(t['no_share'])}" if t["decision"] != "incomplete"
-                   else f"waits for seeds {seeds}")
+            why = (f"waits for seeds {seeds}" if t["decision"] == "incomplete"
+                   else f"cannot be decided: no share for {', '.join(t['no_share'])}")
             out.append(f"- {label} against {ref}: {why} ({seen_text}).")
             continue
         said = {"more often": f"**{label}'s training games end at 0 more often than {ref}'s on {game}**",
