@@ -1,8 +1,10 @@
 """results/minatar-batches/ and results/minatar-anchor/, published run by run while their grids run
 (docs/results-minatar-batches.md, docs/minatar.md): every published run is whole (result, events, log; no
 checkpoint), trained at the analysis's commit with the grid's flags, and each committed report is what
-reproduce/sweep.py makes again of the published runs (their games and seeds)."""
+reproduce/sweep.py makes again of the published runs (their games and seeds); the README's
+hand-written list of the runs says what their files hold."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +104,53 @@ def test_the_checks_share_of_games_at_zero_is_tensorboards(label):
     assert zeros["check"]["after"] == 1_500_000 and len(later) > 1000
     share = sum(v == 0 for v in later) / len(later)
     assert zeros["shares"][label]["1"] == pytest.approx(share, abs=1e-12) and share > 0.05
+
+
+WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
+
+
+def run_entries():
+    """results/minatar-batches/README.md's "Runs, in the order they finished", written by hand as each run is
+    published: one entry per run, (label, game, seed, its text)."""
+    text = (HERE / "README.md").read_text().split("## Runs, in the order they finished\n")[1].split("\n## ")[0]
+    entries = [" ".join(e.split()) for e in ("\n" + text).split("\n- ")[1:]]
+    heads = [re.match(r"(\w+) (\S+-MinAtar) seed (\d+): ", e) for e in entries]
+    assert all(heads), [e[:60] for e, h in zip(entries, heads) if not h]
+    return [(*h.groups(), e) for h, e in zip(heads, entries)]
+
+
+def last_exit(label, game, seed):
+    log = (RUNS / label / "logs" / f"{game}__{seed}.log").read_text()
+    return re.findall(r"^\[sweep\] (\S+) exit 0$", log, re.M)[-1]
+
+
+def test_the_hand_written_run_list_states_each_published_runs_own_numbers():
+    """Every published run has one entry in the README's list, in the order the runs finished (their logs' last
+    exit), and what an entry says of its run is what its files hold: the mean evaluation return and its std to two
+    decimals, "none at the cap" only when no game was capped, the number of event files, the training seconds."""
+    entries = run_entries()
+    assert sorted((lb, g, s) for lb, g, s, _ in entries) == published()
+    assert len({(lb, g, s) for lb, g, s, _ in entries}) == len(entries)
+    finished = [last_exit(lb, g, s) for lb, g, s, _ in entries]
+    assert finished == sorted(finished), "the list is not in the order the runs finished"
+    for i, (label, game, seed, text) in enumerate(entries):  # "With it every label has Freeway seeds 1-3."
+        for who, name, k in re.findall(r"With it (every label has|[\w, ]+ have) (\w+) seeds 1-(\d+)", text):
+            labels = list(LABEL_FLAGS) if who == "every label has" else re.split(r", | and ", who[:-len(" have")])
+            done = {(lb, g, int(s)) for lb, g, s, _ in entries[:i + 1]}
+            assert (game, seed) == (f"{name}-MinAtar", k) and label in labels, text
+            assert all((lb, game, n) in done for lb in labels for n in range(1, int(k) + 1)), text
+    for label, game, seed, text in entries:
+        d = RUNS / label / f"{game}__{seed}"
+        res = json.loads((d / "eval_results.json").read_text())
+        ev, where = res["eval"], f"{label} {game} seed {seed}"
+        assert text.startswith(f"{label} {game} seed {seed}: {ev['mean']:.2f}"), where
+        if m := re.search(r"\(\+- ([\d.]+)", text):
+            assert m.group(1) == f"{ev['std']:.2f}", where
+        if "none at the cap" in text or "none of its 100 games at the cap" in text:
+            assert ev["capped"] == 0, where
+        files = len(list(d.glob("events.out.tfevents.*")))
+        said = [WORDS[w] for w in re.findall(r"\b(two|three|four|five) event files", text)]
+        assert said in ([files], []) and (said or files == 1 or "resumed" not in text), where
+        secs = re.findall(r"([\d,]+) s of training|`train_seconds` \(([\d,]+) s\)", text)
+        for s in ("".join(pair) for pair in secs):
+            assert int(s.replace(",", "")) == round(res["train_seconds"]), where
