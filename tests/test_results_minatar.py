@@ -1,8 +1,8 @@
 """results/minatar-batches/ and results/minatar-anchor/, published run by run while their grids run
 (docs/results-minatar-batches.md, docs/minatar.md): every published run is whole (result, events, log; no
 checkpoint), trained at the analysis's commit with the grid's flags, and each committed report is what
-reproduce/sweep.py makes again of the published runs (their games and seeds); the README's
-hand-written list of the runs says what their files hold."""
+reproduce/sweep.py makes again of the published runs (their games and seeds); each README's
+hand-written lists of the runs say what their files hold."""
 import json
 import re
 import subprocess
@@ -154,3 +154,102 @@ def test_the_hand_written_run_list_states_each_published_runs_own_numbers():
         secs = re.findall(r"([\d,]+) s of training|`train_seconds` \(([\d,]+) s\)", text)
         for s in ("".join(pair) for pair in secs):
             assert int(s.replace(",", "")) == round(res["train_seconds"]), where
+
+
+ANCHOR = ROOT / "results" / "minatar-anchor"
+
+
+def readme_list(readme, heading):
+    """The entries of the hand-written list under `heading` in `readme`, each with its whitespace joined."""
+    text = readme.read_text().split(f"\n{heading}\n")[1].split("\n## ")[0]
+    return [" ".join(e.split()) for e in ("\n" + text).split("\n- ")[1:]]
+
+
+def sweep_times(log, what):
+    """The times of a run log's `[sweep] <time> start` (what="start") or `exit 0` (what="exit 0") lines."""
+    from datetime import datetime
+    return [datetime.fromisoformat(t) for t in re.findall(rf"^\[sweep\] (\S+) {what}\b", log, re.M)]
+
+
+def test_the_anchor_run_list_states_each_published_runs_own_numbers():
+    """results/minatar-anchor/README.md's "Runs, in the order they finished": every published run has one entry, in
+    the order of their logs' last exit, and what an entry says of its run is what its files hold: the mean greedy
+    return and its std to two decimals over the number of episodes, how many of them were cut at the cap (and the
+    cap), the other seeds' numbers it recalls, the training seconds (round(train_seconds)), the wall seconds (its log's
+    last start to its exit: from the resume where the run was resumed), "in one go" or resumed once or twice (its
+    starts, its event files), and "all in" only at the last run. Not checked, as no file records them: the pause,
+    and what ran beside each run."""
+    runs = ANCHOR / "runs" / "minatar-anchor" / "PQN"
+    entries = readme_list(ANCHOR / "README.md", "## Runs, in the order they finished")
+    heads = [re.match(r"(\w+-MinAtar) seed (\d+): ([\d.]+) \+- ([\d.]+) over (\d+) greedy episodes, ", e)
+             for e in entries]
+    assert all(heads), [e[:60] for e, h in zip(entries, heads) if not h]
+    keys = [(g, s) for g, s, *_ in (h.groups() for h in heads)]
+    assert sorted(("PQN", *k) for k in keys) == published("minatar-anchor") and len(set(keys)) == len(keys)
+    results = {k: json.loads((runs / f"{k[0]}__{k[1]}" / "eval_results.json").read_text()) for k in keys}
+    logs = {k: (runs / "logs" / f"{k[0]}__{k[1]}.log").read_text() for k in keys}
+    finished = [sweep_times(logs[k], "exit 0")[-1] for k in keys]
+    assert finished == sorted(finished), "the list is not in the order the runs finished"
+    for (game, seed), head, text in zip(keys, heads, entries):
+        res, where = results[game, seed], f"{game} seed {seed}"
+        ev, log, files = res["eval"], logs[game, seed], len(list((runs / f"{game}__{seed}").glob("events.out.*")))
+        assert head.group(3, 4, 5) == (f"{ev['mean']:.2f}", f"{ev['std']:.2f}", str(ev["episodes"])), where
+        cap = re.match(r"(every one|none|\d+)", text[head.end():]).group(1)  # "85 of them cut at", "none at the cap"
+        assert ev["capped"] == (ev["episodes"] if cap == "every one" else 0 if cap == "none" else int(cap)), where
+        assert all(int(c.replace(",", "")) == res["args"]["max_episode_steps"]
+                   for c in re.findall(r"([\d,]+)-step cap", text)), where
+        other = {s: results[game, s]["eval"] for g, s in keys if g == game}  # the seeds it recalls: (seed 1: 70.88, ...
+        for s, mean in re.findall(r"seed (\d): ([\d.]+)", text[head.end():]):
+            assert mean == f"{other[s]['mean']:.2f}", where
+        if m := re.search(r"seeds (\d) and (\d): ([\d.]+) and ([\d.]+), (\d+) each", text):
+            a, b, mean_a, mean_b, capped = m.groups()
+            assert (mean_a, mean_b) == (f"{other[a]['mean']:.2f}", f"{other[b]['mean']:.2f}"), where
+            assert other[a]["capped"] == other[b]["capped"] == int(capped), where
+        if m := re.search(r"\(seed (\d): [\d.]+, also (\d+)\)", text):
+            assert other[m.group(1)]["capped"] == int(m.group(2)) == ev["capped"], where
+        if m := re.search(r"\(as seed (\d)'s; seed (\d)'s none\)", text):
+            assert other[m.group(1)]["capped"] == ev["capped"] and other[m.group(2)]["capped"] == 0, where
+        starts, exits = sweep_times(log, "start"), sweep_times(log, "exit 0")
+        for s in re.findall(r"([\d,]+) s of training", text):
+            assert int(s.replace(",", "")) == round(res["train_seconds"]), where
+        for s, resume in re.findall(r"([\d,]+) s of wall time( from the resume)?", text):
+            assert int(s.replace(",", "")) == (exits[-1] - starts[-1]).total_seconds(), where
+            assert bool(resume) == (len(starts) > 1), where
+        resumed = len(re.findall(r"^resumed .* at global_step", log, re.M))
+        assert files == len(starts) == resumed + 1, where  # an event file per start; each after the first, a resume
+        said = re.findall(r"in one go|resumed (once|twice) from its checkpoint", text)  # "in one go": ""
+        assert all(resumed == {"": 0, "once": 1, "twice": 2}[w] for w in said), where
+    assert [i for i, e in enumerate(entries) if "anchor runs are all in" in e] == [len(keys) - 1] and len(keys) == 6
+
+
+def test_the_purejaxql_run_list_states_each_published_runs_own_numbers():
+    """results/minatar-anchor/README.md's "purejaxql's runs, in the order they finished": every seed of purejaxql's
+    published JSON files has one entry (an entry may name several), and what it says of its runs is what the files
+    hold: the final greedy test return (the last `test/returned_episode_returns`) to two decimals, the steps, the run
+    and compile seconds rounded, and the jax version. The order is not checked: the JSON files hold no times."""
+    files = {p.stem: json.loads(p.read_text()) for p in sorted((ANCHOR / "purejaxql").glob("*.json"))}
+    published_seeds = sorted((game, seed) for game, d in files.items() for seed in d["seeds"])
+    intro = (ANCHOR / "README.md").read_text().split("## purejaxql's runs, in the order they finished\n")[1]
+    assert all(f"jax {d['jax']} on the CPU" in intro for d in files.values())
+    assert all(dev.startswith("TFRT_CPU") for d in files.values() for dev in d["devices"])
+    listed = []
+    for text in readme_list(ANCHOR / "README.md", "## purejaxql's runs, in the order they finished"):
+        head, rest = text.split(": final greedy test", 1)
+        runs = [(f"{g}-MinAtar", s) for g, seeds in re.findall(r"(\w+)-MinAtar seeds? (\d+(?: and \d+)*)", head)
+                for s in re.findall(r"\d+", seeds)]
+        listed += runs
+
+        def numbers(pattern):  # "88.91, 71.10 and 71.85" or "5,786 s, 5,869 s and 5,925 s": one per run
+            found = re.findall(r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?", re.search(pattern, rest).group(1))
+            assert len(found) == len(runs), (head, pattern, found)
+            return [x.replace(",", "") for x in found]
+        finals = numbers(r"^s? (.+?);")
+        steps = re.search(r"; ([\d,]+) steps (each )?in ", rest).group(1).replace(",", "")
+        seconds = numbers(r" steps (?:each )?in (.+?) \(compile")
+        compile_ = numbers(r"\(compile (.+?) s\)")
+        for (game, seed), final, run_s, comp_s in zip(runs, finals, seconds, compile_):
+            r = files[game]["seeds"][seed]
+            assert final == f"{r['test/returned_episode_returns'][-1]:.2f}", (game, seed)
+            assert int(steps) == r["steps"] == r["env_step"][-1], (game, seed)
+            assert (int(run_s), int(comp_s)) == (round(r["run_seconds"]), round(r["compile_seconds"])), (game, seed)
+    assert sorted(listed) == published_seeds and len(set(listed)) == len(listed)
