@@ -483,3 +483,63 @@ def test_seeds_4_to_10_of_mujoco_5m_are_whole_and_listed():
                 f"{r['train_seconds']:,.0f} s of training")
         assert said in readme, said
     assert not [p for p in published.rglob("*") if p.suffix == ".pt" or p.name == ".lock"]
+
+
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4}
+
+
+def log_times(log: str, what: str) -> list:
+    """The times of a run log's `[sweep] <time> start` (what="start") or `exit 0` (what="exit 0") lines."""
+    from datetime import datetime
+    return [datetime.fromisoformat(t) for t in re.findall(rf"^\[sweep\] (\S+) {what}\b", log, re.M)]
+
+
+def resumed_at(log: str) -> list[int]:
+    """The steps of the checkpoints a run log's starts resumed from, in order."""
+    return [int(s) for s in re.findall(r"^resumed .* at global_step (\d+)", log, re.M)]
+
+
+def test_mujoco_5m_run_list_states_each_runs_own_numbers():
+    """results/mujoco-5m/README.md's hand-written list of seeds 4-10: every run of those seeds has one entry, in the
+    order the runs were made (task by task as the README names them, seed by seed: each seed's runs started once the
+    previous seed's had exited), and what an entry says of its run is what its files hold: the 100-episode mean to one
+    decimal, `global_step`, round(train_seconds), its event files (one per start; one where none are named), stopped
+    once or twice, the checkpoint steps it was resumed from (its log's "resumed ... at global_step"), and the start
+    times it gives of the starts in its log."""
+    here = ROOT / "results" / "mujoco-5m"
+    text = (here / "README.md").read_text()
+    tasks = re.search(r"followed task by task \((\S+), (\S+),\s+then (\S+)\)", text).groups()
+    entries = [" ".join(e.split()) for e in text.split("`train_seconds` (its eval_results.json):\n")[1]
+               .split("\n## ")[0].split("\n- ")]
+    entries[0] = entries[0].removeprefix("- ")
+    heads = [re.match(r"(PPO|PPO\+ABS), (\S+-v4), seed (\d+): ([\d.]+) at ([\d,]+) steps, ([\d,]+) s of training", e)
+             for e in entries]
+    assert all(heads), [e[:60] for e, h in zip(entries, heads) if not h]
+    keys = [(label, task, int(seed)) for label, task, seed, *_ in (h.groups() for h in heads)]
+    runs = here / "runs" / "mujoco"
+    later = sorted((d.parent.name, *d.name.split("__")) for d in runs.glob("*/*__*") if int(d.name.split("__")[1]) >= 4)
+    assert sorted((lb, t, str(s)) for lb, t, s in keys) == later and len(set(keys)) == len(keys)
+    assert keys == sorted(keys, key=lambda k: (tasks.index(k[1]), k[2], LABELS.index(k[0])))
+    logs = {k: (runs / k[0] / "logs" / f"{k[1]}__{k[2]}.log").read_text() for k in keys}
+    groups = [[k for k in keys if k[1:] == g] for g in dict.fromkeys(k[1:] for k in keys)]  # (task, seed), in order
+    for before, after in zip(groups, groups[1:]):
+        assert max(log_times(logs[k], "exit 0")[-1] for k in before) <= min(log_times(logs[k], "start")[0]
+                                                                             for k in after), (before, after)
+    for (label, task, seed), head, entry in zip(keys, heads, entries):
+        run, where = runs / label / f"{task}__{seed}", f"{label} {task} seed {seed}"
+        r, log = json.loads((run / "eval_results.json").read_text()), logs[label, task, seed]
+        assert r["eval"]["episodes"] == 100 and r["args"]["eval_episodes"] == 100, where
+        assert head.group(4, 5, 6) == (f"{r['eval']['mean']:.1f}", f"{r['global_step']:,}",
+                                       f"{round(r['train_seconds']):,}"), where
+        files, starts, resumes = len(list(run.glob("events.out.tfevents.*"))), log_times(log, "start"), resumed_at(log)
+        assert files == len(starts) == len(resumes) + 1, where  # one event file per start, each later start a resume
+        said = [WORDS[w] for w in re.findall(r"\b(one|two|three|four) event files?\b", entry)]
+        assert said in ([files], []) and (said or files == 1), where
+        for times in re.findall(r"[Ss]topped (once|twice)\b", entry):
+            assert files == {"once": 2, "twice": 3}[times], where
+        checkpoints = [int(s.replace(",", "")) for s in re.findall(r"checkpoints? at step ([\d,]+)", entry)]
+        assert checkpoints == resumes, where
+        for when in re.findall(r"(?:\(started |started again from step 0 \()(\d{4}-\d\d-\d\d \d\d:\d\d)\)", entry):
+            assert when == f"{starts[0]:%Y-%m-%d %H:%M}", where
+        for when in re.findall(r"resumed with the same command \((\d\d:\d\d)\)", entry):
+            assert when == f"{starts[1]:%H:%M}", where
