@@ -1,6 +1,8 @@
 """The published results under results/ must be what the project's own tools make of the committed runs: each
 report is generated again from the committed eval_results.json and TensorBoard events and compared with the
 committed report.md and figure data (README: "Results")."""
+import ast
+import contextlib
 import csv
 import itertools
 import json
@@ -543,3 +545,51 @@ def test_mujoco_5m_run_list_states_each_runs_own_numbers():
             assert when == f"{starts[0]:%Y-%m-%d %H:%M}", where
         for when in re.findall(r"resumed with the same command \((\d\d:\d\d)\)", entry):
             assert when == f"{starts[1]:%H:%M}", where
+
+
+def test_ppo_atari_bounds_readme_states_its_runs_own_numbers():
+    """results/ppo-atari-bounds/README.md of its two runs: each folder holds one event file, its eval_results.json and
+    log.txt; each command's flags are its run's `args`; the steps it names are the runs' `global_step` (their stop), L
+    is their `num_steps`, the defaults it names are abs_ppo_atari.py's and the runs', its training minutes and seconds
+    are round(train_seconds), and the runs ran one at a time (the second's event file named after the first's start
+    plus its training)."""
+    here = ROOT / "results" / "ppo-atari-bounds"
+    text = " ".join((here / "README.md").read_text().split())
+    runs = {d.name.split("-")[0]: d for d in sorted((here / "runs").iterdir())}
+    assert sorted(runs) == ["Breakout", "Qbert"]
+    res = {game: json.loads((d / "eval_results.json").read_text()) for game, d in runs.items()}
+    for game, d in runs.items():
+        assert sorted(p.name for p in d.iterdir() if "tfevents" not in p.name) == ["eval_results.json", "log.txt"]
+        assert len(list(d.glob("events.out.tfevents.*"))) == 1, game
+    script = (ROOT / "abs_ppo_atari.py").read_text()
+    fields = next(n for n in ast.walk(ast.parse(script)) if isinstance(n, ast.ClassDef) and n.name == "Args").body
+    defaults = {}  # abs_ppo_atari.py's literal defaults: a flag the command leaves out is the run's as one of these
+    for node in fields:
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            with contextlib.suppress(ValueError):
+                defaults[node.target.id] = ast.literal_eval(node.value)
+    commands = re.findall(r"OMP_NUM_THREADS=1 python abs_ppo_atari.py (.*?)(?= OMP_NUM_THREADS=| Breakout took)", text)
+    assert len(commands) == len(runs)
+    for command in commands:
+        flags = re.findall(r"--([\w-]+)(?: ([^-\s]\S*))?", command.replace(" \\", ""))
+        args, given = res[dict(flags)["run-name"].split("-")[0]]["args"], set()
+        for flag, value in flags:
+            name = flag.removeprefix("no-").replace("-", "_")
+            given.add(name)
+            assert str(args[name]) == ("False" if flag.startswith("no-") else value or "True"), (flag, value)
+        assert not [k for k, v in args.items() if k in defaults and v != defaults[k] and k not in given]
+    a = {game: r["args"] for game, r in res.items()}
+    assert (f"the first {res['Breakout']['global_step']:,} (Breakout) and {res['Qbert']['global_step']:,} (Qbert) "
+            "steps") in text
+    assert all(r["global_step"] == r["args"]["stop_at_step"] for r in res.values())
+    (L, seed, freq, total), = {(x["num_steps"], x["seed"], x["adapt_freq"], x["total_timesteps"]) for x in a.values()}
+    assert f"CleanRL's PPO (L = {L}), seed {seed}, both divergences measured every {freq} iterations" in text
+    assert f"of the {total // 10**6}M-step protocol" in text
+    low, high = (re.search(rf"^    {name}: float = (\S+)$", script, re.M).group(1) for name in ("kl_low", "kl_high"))
+    assert f"`abs_ppo_atari.py`'s default `--kl-low {low}` and `--kl-high {high}`" in text
+    assert {(str(x["kl_low"]), str(x["kl_high"])) for x in a.values()} == {(low, high)}
+    took = {game: divmod(round(r["train_seconds"]), 60) for game, r in res.items()}
+    assert (f"Breakout took {took['Breakout'][0]} min {took['Breakout'][1]} s of training, "
+            f"Qbert {took['Qbert'][0]} min {took['Qbert'][1]} s") in text
+    start = {game: int(next(d.glob("events.out.tfevents.*")).name.split(".")[3]) for game, d in runs.items()}
+    assert start["Breakout"] + res["Breakout"]["train_seconds"] <= start["Qbert"]  # "one at a time"
