@@ -1,6 +1,7 @@
 """The published results under results/ must be what the project's own tools make of the committed runs: each
 report is generated again from the committed eval_results.json and TensorBoard events and compared with the
-committed report.md and figure data (README: "Results")."""
+committed report.md and figure data (README: "Results"), and the results READMEs' hand-written accounts of their
+runs say what the runs' files hold."""
 import ast
 import contextlib
 import csv
@@ -507,7 +508,8 @@ def test_mujoco_5m_run_list_states_each_runs_own_numbers():
     previous seed's had exited), and what an entry says of its run is what its files hold: the 100-episode mean to one
     decimal, `global_step`, round(train_seconds), its event files (one per start; one where none are named), stopped
     once or twice, the checkpoint steps it was resumed from (its log's "resumed ... at global_step"), and the start
-    times it gives of the starts in its log."""
+    times it gives of the starts in its log. Not checked, as no file records them: the commit (these logs name
+    none), the workers, the pauses, and HalfCheetah seed 4's lost first start."""
     here = ROOT / "results" / "mujoco-5m"
     text = (here / "README.md").read_text()
     tasks = re.search(r"followed task by task \((\S+), (\S+),\s+then (\S+)\)", text).groups()
@@ -593,3 +595,137 @@ def test_ppo_atari_bounds_readme_states_its_runs_own_numbers():
             f"Qbert {took['Qbert'][0]} min {took['Qbert'][1]} s") in text
     start = {game: int(next(d.glob("events.out.tfevents.*")).name.split(".")[3]) for game, d in runs.items()}
     assert start["Breakout"] + res["Breakout"]["train_seconds"] <= start["Qbert"]  # "one at a time"
+
+
+def test_atari10_early_run_list_states_each_runs_own_numbers():
+    """results/atari10-early/README.md's hand-written list of the runs: every published game has one entry (both its
+    labels), and what an entry says of its runs is what their files hold: the source commits of their logs, the
+    checkpoint steps they were resumed from (each one before the stop named) and an evaluation-only resume only where
+    it says "evaluated", "in one go", "stopped once" and the event files of the label each clause is about, the
+    games at the step cap, the constant returns, actions and episode lengths it names, its wall seconds (first start
+    to last exit), its times and dates (its logs' starts and exits), "one after the other" and "side by side"; with
+    the stop and the range of `global_step`, the BattleZone entry's numbers and the lines of Amidar's refused second
+    sweep. Not checked: the action names (ale_py's, not the files'), and what no file records (commit 359b156, from
+    before the logs named their commit; the pauses, cores and neighbours; BattleZone's random score)."""
+    here = ROOT / "results" / "atari10-early"
+    runs = here / "runs" / "atari10-early"
+    text = (here / "README.md").read_text()
+    games = {g.split("-v")[0] for g in GRIDS["atari10-early"].games}
+    items = [" ".join(e.split()) for e in text.split("\nRuns published (")[1].split("\n\n")[0].split("\n- ")[1:]]
+    heads = [re.match(r"(\w+)(, ABS and Vanilla)?: ", e) for e in items]
+    entries = {h.group(1): (bool(h.group(2)), e) for h, e in zip(heads, items) if h and h.group(1) in games}
+    assert len(entries) == len([h for h in heads if h and h.group(1) in games])  # each game once
+    published = {(d.parent.name, d.name.split("-v")[0]) for d in runs.glob("*/*__1")}
+    assert published == {(lb, g) for lb in ("ABS", "Vanilla") for g in entries} and set(entries) == games
+    res = {(lb, g): json.loads((runs / lb / f"{g}-v5__1" / "eval_results.json").read_text()) for lb, g in published}
+    logs = {(lb, g): (runs / lb / "logs" / f"{g}-v5__1.log").read_text() for lb, g in published}
+    steps = [r["global_step"] for r in res.values()]
+    (stop_at, total), = {(r["args"]["stop_at_step"], r["args"]["total_timesteps"]) for r in res.values()}
+    assert (f"each stopped at the iteration that crosses {stop_at:,} of {total:,} steps, here at {min(steps):,} to "
+            f"{max(steps):,}: each run's `global_step`") in " ".join(text.split())
+    for game, (both_named, entry) in entries.items():
+        labels = ("ABS", "Vanilla")
+        run = {lb: res[lb, game] for lb in labels}
+        log = {lb: logs[lb, game] for lb in labels}
+        starts, exits = ({lb: log_times(log[lb], w) for lb in labels} for w in ("start", "exit 0"))
+        stop = {lb: run[lb]["args"]["stop_at_step"] for lb in labels}
+        files = {lb: len(list((runs / lb / f"{game}-v5__1").glob("events.out.tfevents.*"))) for lb in labels}
+        resumes = {lb: resumed_at(log[lb]) for lb in labels}
+        mid = {lb: [s for s in resumes[lb] if s < stop[lb]] for lb in labels}  # resumed in training, not to evaluate
+        sources = {c for lb in labels for c in re.findall(r"^\[sweep\] source: commit (\w{7})", log[lb], re.M)}
+        assert sources and all(c in entry for c in sources), (game, sources)
+        assert all(f"{s:,}" in entry for lb in labels for s in mid[lb]), game
+        assert ("evaluated" in entry) == any(s >= stop[lb] for lb in labels for s in resumes[lb]), game
+        for lb, s in re.findall(r"(ABS|Vanilla) (?:at|was stopped once by the end of a session \(its last checkpoint "
+                                r"at step) ([\d,]+)", entry):
+            assert int(s.replace(",", "")) == mid[lb][-1], (game, lb)
+        if m := re.search(r"at step ([\d,]+), before its first checkpoint \(([\d,]+)\)", entry):  # a start lost
+            lb = "Vanilla" if "Vanilla started" in entry else "ABS"
+            lost = int(re.findall(r"^step (\d+)/", log[lb].split("[sweep]")[2], re.M)[-1])
+            assert (int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))) == (
+                lost, run[lb]["args"]["checkpoint_every"]) and not resumes[lb], game
+            assert len(starts[lb]) == 2 == 2 * files[lb] and "its log shows both starts" in entry, game
+        subject = labels
+        for i, clause in enumerate(re.split(r"(?<=[.;]) ", entry)):
+            named = sorted((clause.find(lb), lb) for lb in labels if lb in clause)
+            if i == 0 and both_named or re.search(r"^Both\b|\bboth runs\b|\beach in one go\b", clause):
+                subject = labels
+            elif named:
+                subject = (named[0][1],)
+            for lb in subject:
+                where = (game, lb, clause[:50])
+                if "in one go" in clause:
+                    assert files[lb] == 1 and not resumes[lb], where
+                if "stopped once" in clause:
+                    assert files[lb] == 2 and len(mid[lb]) == 1, where
+                for w in re.findall(r"\b(one|two|three) event files?\b", clause):
+                    assert files[lb] == WORDS[w], where
+                if m := re.search(r"chose action (\d+), \w+, on ([\d.]+)%", clause):
+                    counts = run[lb]["eval"]["action_counts"]
+                    share = 100 * max(counts) / sum(counts)
+                    decimals = len(m.group(2).partition(".")[2])
+                    assert (counts.index(max(counts)), f"{share:.{decimals}f}") == (int(m.group(1)), m.group(2)), where
+                if m := re.search(r"scored exactly (\d+) in each of (?:their|its) (\d+) games", clause):
+                    ev = run[lb]["eval"]
+                    assert set(ev["returns"]) == {float(m.group(1))} and ev["episodes"] == int(m.group(2)), where
+                if m := re.search(r"in each of its \d+ games \(each (\d+) to (\d+) steps\)", clause):
+                    lengths = run[lb]["eval"]["lengths"]
+                    assert (min(lengths), max(lengths)) == tuple(map(int, m.groups())), where
+        if m := re.search(r", (ABS|Vanilla)'s (\d+) or (\d+)\.", entry):
+            assert set(run[m.group(1)]["eval"]["returns"]) == {float(m.group(2)), float(m.group(3))}, game
+        capped = {lb: run[lb]["eval"]["capped"] for lb in labels}
+        if re.search(r"[Nn]o game hit the cap", entry):
+            assert capped == {"ABS": 0, "Vanilla": 0}, game
+        if m := re.search(r"(\d+) of (ABS|Vanilla)'s (\d+) greedy games hit the", entry):
+            assert capped[m.group(2)] == int(m.group(1)) and run[m.group(2)]["eval"]["episodes"] == int(m.group(3))
+        if m := re.search(r"; (ABS|Vanilla)'s none", entry):
+            assert capped[m.group(1)] == 0, game
+        if "Every one of both runs' 100 greedy games hit" in entry:
+            assert all(run[lb]["eval"]["capped"] == run[lb]["eval"]["episodes"] == 100 for lb in labels), game
+        for cap in re.findall(r"([\d,]+)-step cap", entry):
+            assert all(int(cap.replace(",", "")) == run[lb]["args"]["eval_max_episode_steps"] for lb in labels), game
+        for lb, s in re.findall(r"(ABS|Vanilla) ([\d,]+) s\b", entry):  # wall seconds
+            assert int(s.replace(",", "")) == (exits[lb][-1] - starts[lb][0]).total_seconds(), (game, lb)
+        logged = [t for lb in labels for t in starts[lb] + exits[lb]]
+        for t in re.findall(r"\b(\d\d:\d\d(?::\d\d)?)\b", entry):
+            assert t in {f"{x:%H:%M:%S}"[:len(t)] for x in logged}, (game, t)
+        for d in re.findall(r"\b(\d{4}-\d\d-\d\d)\b", entry):
+            assert d in {f"{x:%Y-%m-%d}" for x in logged}, (game, d)
+        for lb, first, last in re.findall(r"(ABS|Vanilla)(?: ran in one go \(| )(\d\d:\d\d(?::\d\d)?) to "
+                                          r"(\d\d:\d\d(?::\d\d)?)", entry):  # its log's first and last lines
+            lines = log[lb].strip().splitlines()
+            assert lines[0].startswith(f"[sweep] {starts[lb][0]:%Y-%m-%dT%H:%M:%S} start"), (game, lb)
+            assert lines[-1] == f"[sweep] {exits[lb][-1]:%Y-%m-%dT%H:%M:%S} exit 0", (game, lb)
+            assert (first, last) == (f"{starts[lb][0]:%H:%M:%S}"[:len(first)], f"{exits[lb][-1]:%H:%M:%S}"[:len(last)])
+        for lb, t in re.findall(r"(ABS|Vanilla) started at (\d\d:\d\d)", entry):
+            assert t == f"{starts[lb][0]:%H:%M}", (game, lb)
+        if m := re.search(r"started it again from step 0 at (\d\d:\d\d)", entry):
+            assert m.group(1) in {f"{starts[lb][1]:%H:%M}" for lb in labels if len(starts[lb]) > 1}, game
+        if "one after the other" in entry:
+            first, second = sorted(labels, key=lambda lb: starts[lb][0])
+            assert exits[first][-1] <= starts[second][0], game
+        if "side by side" in entry:
+            assert starts["ABS"][0] == starts["Vanilla"][0], game
+
+    battlezone = next(e for e in items if e.startswith("What BattleZone's evaluation measures"))
+    abs_bz, van_bz = res["ABS", "BattleZone"]["eval"], res["Vanilla", "BattleZone"]["eval"]
+    m = re.search(r"Vanilla's greedy policy scored (\d+) in every one of its (\d+) games \(each about ([\d,]+) steps\)",
+                  battlezone)
+    assert set(van_bz["returns"]) == {float(m.group(1))} and van_bz["episodes"] == int(m.group(2))
+    assert {round(n, -2) for n in van_bz["lengths"]} == {int(m.group(3).replace(",", ""))}
+    md = (here / "report.md").read_text()  # the committed report: test_report_is_regenerated_from_the_committed_runs
+    trained = float(report_cell(md, "## Final training return", "BattleZone", "Vanilla", 3))
+    assert f"averaged {trained:,.0f} (report.md)" in battlezone
+    assert f"(epsilon-greedy, epsilon down to {res['Vanilla', 'BattleZone']['args']['end_e']:g})" in battlezone
+    for who, ev in (("Its greedy policy", van_bz), ("ABS's", abs_bz)):
+        m = re.search(rf"{who} chose action (\d+), \w+, on ([\d.]+)%", battlezone)
+        share = 100 * max(ev["action_counts"]) / sum(ev["action_counts"])
+        assert (ev["action_counts"].index(max(ev["action_counts"])), f"{share:.{len(m.group(2).partition('.')[2])}f}"
+                ) == (int(m.group(1)), m.group(2)), who
+    assert f"and scored {abs_bz['mean']:,.0f}" in battlezone
+    refused = logs["Vanilla", "Amidar"].splitlines()
+    first, last = map(int, re.search(r"lines (\d+)-(\d+)\)", entries["Amidar"][1]).groups())
+    lines = refused[first - 1:last]
+    assert re.match(r"\[sweep\] \S+ start", lines[0]) and lines[1].startswith("[sweep] source: commit")
+    assert any("is in use by another live run" in ln for ln in lines) and "" in lines
+    assert re.match(r"\[sweep\] \S+ exit 2$", lines[-1]) and "is in use by another live run" in entries["Amidar"][1]
