@@ -106,22 +106,32 @@ def test_the_checks_share_of_games_at_zero_is_tensorboards(label):
     assert zeros["shares"][label]["1"] == pytest.approx(share, abs=1e-12) and share > 0.05
 
 
+def readme_list(readme, heading):
+    """The entries of the hand-written list under `heading` in `readme`, each with its whitespace joined."""
+    text = readme.read_text().split(f"\n{heading}\n")[1].split("\n## ")[0]
+    return [" ".join(e.split()) for e in ("\n" + text).split("\n- ")[1:]]
+
+
+def sweep_times(log, what):
+    """The times of a run log's `[sweep] <time> start` (what="start") or `exit 0` (what="exit 0") lines."""
+    from datetime import datetime
+    return [datetime.fromisoformat(t) for t in re.findall(rf"^\[sweep\] (\S+) {what}\b", log, re.M)]
+
+
 WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 
 
 def run_entries():
     """results/minatar-batches/README.md's "Runs, in the order they finished", written by hand as each run is
     published: one entry per run, (label, game, seed, its text)."""
-    text = (HERE / "README.md").read_text().split("## Runs, in the order they finished\n")[1].split("\n## ")[0]
-    entries = [" ".join(e.split()) for e in ("\n" + text).split("\n- ")[1:]]
+    entries = readme_list(HERE / "README.md", "## Runs, in the order they finished")
     heads = [re.match(r"(\w+) (\S+-MinAtar) seed (\d+): ", e) for e in entries]
     assert all(heads), [e[:60] for e, h in zip(entries, heads) if not h]
     return [(*h.groups(), e) for h, e in zip(heads, entries)]
 
 
 def last_exit(label, game, seed):
-    log = (RUNS / label / "logs" / f"{game}__{seed}.log").read_text()
-    return re.findall(r"^\[sweep\] (\S+) exit 0$", log, re.M)[-1]
+    return sweep_times((RUNS / label / "logs" / f"{game}__{seed}.log").read_text(), "exit 0")[-1]
 
 
 def test_the_hand_written_run_list_states_each_published_runs_own_numbers():
@@ -157,18 +167,6 @@ def test_the_hand_written_run_list_states_each_published_runs_own_numbers():
 
 
 ANCHOR = ROOT / "results" / "minatar-anchor"
-
-
-def readme_list(readme, heading):
-    """The entries of the hand-written list under `heading` in `readme`, each with its whitespace joined."""
-    text = readme.read_text().split(f"\n{heading}\n")[1].split("\n## ")[0]
-    return [" ".join(e.split()) for e in ("\n" + text).split("\n- ")[1:]]
-
-
-def sweep_times(log, what):
-    """The times of a run log's `[sweep] <time> start` (what="start") or `exit 0` (what="exit 0") lines."""
-    from datetime import datetime
-    return [datetime.fromisoformat(t) for t in re.findall(rf"^\[sweep\] (\S+) {what}\b", log, re.M)]
 
 
 def test_the_anchor_run_list_states_each_published_runs_own_numbers():
