@@ -114,8 +114,8 @@ def secondary_lines(data: dict, bc: dict) -> list[str]:
         best = sum(ref in data["evaluation"]["best"][g] for g in done)
         out.append(f"- Over the {len(done)} game{'s' * (len(done) != 1)} with every run in "
                    f"({', '.join(map(short, done))}): {ref} has the highest mean primary outcome of the {len(labels)} "
-                   f"labels (a tie counting for each tied label) on {best} (the paper's Section 5.2: {PAPER['best']} "
-                   f"of {PAPER['games']} Atari games).")
+                   f"labels (a tie counting for each tied label) on {best} of {len(done)} (the paper's Section 5.2: "
+                   f"{PAPER['best']} of {PAPER['games']} Atari games).")
         for key, what, paper, better in (("early", "a higher early return (first 10% of steps)", PAPER["early"],
                                           lambda d: d > 0),
                                          ("late", "a lower late variance (last 10%)", PAPER["late"], lambda d: d < 0)):
@@ -214,7 +214,7 @@ def zero_lines(z: dict) -> list[str]:
                 "less often": f"**{label}'s training games end at 0 less often than {ref}'s on {game}**",
                 "no difference": f"**no difference could be seen between {label} and {ref}**"}[t["decision"]]
         out.append(f"- {said}: on seeds {seeds}, {shares(label, 'held')} ({fmt_points(100 * number(t['diff']))} "
-                   f"points; permutation p = {fmt_p(number(t['p']))}, Holm's p = "
+                   f"points; permutation p = {p_text(number(t['p']), c['alpha'])}, Holm's p = "
                    f"{p_text(number(t['adjusted']), c['alpha'])}); {seen_text}.")
     return out
 
