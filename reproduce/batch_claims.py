@@ -1,13 +1,14 @@
 """The MinAtar study's pre-registered analysis of the paper's batch claims (docs/results-minatar-batches.md, "The
-analysis, fixed before the runs"), from the report's measures: numbers in, numbers out; the section that words them is
-batch_claims_section.py, the random policy's returns come from runs.load_minatar_random.
+analysis, fixed before the runs"), from the report's measures: numbers in, numbers out; the section that words them
+is batch_claims_section.py, the random policy's returns come from runs.load_minatar_random.
 
 Per game and fixed label F, once the game's runs of every label are in: ABS - F with Welch's interval, the exact
 permutation p and Hedges' g, the p adjusted over every (game, F) test (Holm's once all are complete, the Bonferroni
-bound before), and the per-game decision: a bound below alpha decides at once (Holm's p is never above it), a bound at
-alpha or above waits for Holm's. Across games, once every run is in: the normalised score (return - random) /
-(Vanilla's mean - random), its IQM per label and rliable's probability of improvement of ABS over each F, each with its
-95% stratified bootstrap interval, and the claim's decision.
+bound before), and the per-game decision: a bound below alpha decides at once (Holm's p is never above it), and so
+does a permutation p at alpha or above ("no difference": Holm's p is never below it); any other waits for Holm's.
+Across games, once every run is in: the normalised score (return - random) / (Vanilla's mean - random), its IQM per
+label and rliable's probability of improvement of ABS over each F, each with its 95% stratified bootstrap interval,
+and the claim's decision.
 
 The check added during the runs (the page's "A check added during the runs", ZeroCheck): on one game, each run's share
 of training games that end at 0 after a step (zero_share), each tested label against a reference over seeds that had
@@ -23,7 +24,7 @@ from .stats import (Compared, Difference, bonferroni, bootstrap_ci, hedges_g, ho
                     probability_of_improvement)
 
 BEATS, WORSE, NONE, INCOMPLETE = "beats", "is worse than", "no difference", "incomplete"
-WAITING = "waits for Holm's"  # complete, its Bonferroni bound at alpha or above, some other test not complete
+WAITING = "waits for Holm's"  # complete, its p below alpha and its bound not, some other test not complete
 MORE, LESS = "more often", "less often"  # the check's decisions: a label's games end at 0 more or less often
 UNDEFINED = "cannot be decided"  # the check's held-out runs are in, but one has no share
 
@@ -92,6 +93,15 @@ def cell(evaluation: Compared, game: str, label: str) -> list | None:
     return None if s is None else [s.values[k] for k in sorted(s.values)]
 
 
+def per_game_decision(t: PairTest, adjusted: float, alpha: float, every: bool) -> str:
+    """A complete test's decision from its adjusted p (Holm's when every test is complete, else the Bonferroni
+    bound). Holm's p lies between the permutation p and the bound, so before every test is in, a bound below alpha
+    decides the test and so does a permutation p at alpha or above (no difference); the rest wait for Holm's."""
+    if adjusted < alpha:
+        return BEATS if t.difference.diff > 0 else WORSE
+    return NONE if every or t.difference.p >= alpha else WAITING
+
+
 def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: int = 2000,
                    seed: int = 0) -> BatchAnalysis:
     """The plan's analysis of the evaluation return compared by the report (stats.compare, the reference against
@@ -114,10 +124,8 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
     adjusted = holm([t.difference.p for t in done]) if every else [bonferroni(t.difference.p, len(tests)) for t in done]
     by_key = {(t.game, t.baseline): p for t, p in zip(done, adjusted)}
 
-    def decision(t, p):  # below alpha: decided (Holm's p <= the bound); else no difference, or waiting for Holm's
-        return (BEATS if t.difference.diff > 0 else WORSE) if p < plan.alpha else NONE if every else WAITING
-    tests = [t._replace(adjusted=by_key[(t.game, t.baseline)], decision=decision(t, by_key[(t.game, t.baseline)]))
-             if t.complete else t for t in tests]
+    tests = [t._replace(adjusted=p, decision=per_game_decision(t, p, plan.alpha, every))
+             if t.complete else t for t in tests for p in [by_key.get((t.game, t.baseline))]]
 
     normalisers = {g: float(np.mean(cell(evaluation, g, plan.normaliser))) for g in plan.tasks
                    if complete(g, plan.normaliser)}

@@ -61,7 +61,8 @@ def batch_claims_section(ba: BatchAnalysis) -> list[str]:
     md.append(f"Adjusted p: Holm's, over the {m} tests (all complete)." if ba.holm else
               f"Adjusted p: {done} of the {m} tests complete (a test is complete once its game's runs are all in), "
               f"so each one's is the Bonferroni bound min(1, {m}p), which decides a test below {plan.alpha:g} "
-              f"(Holm's is never above it); the others wait for Holm's, once all {m} are.")
+              f"(Holm's is never above it), as a permutation p at {plan.alpha:g} or above decides no difference "
+              f"(Holm's is never below it); the others wait for Holm's, once all {m} are.")
     md += ["", "### Across games", "",
            f"Normalised score: (return − random) / ({plan.normaliser}'s mean − random) per game; random is a "
            "uniformly random policy's mean return (`reproduce/minatar_random.csv`). A game whose "

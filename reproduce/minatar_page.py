@@ -97,7 +97,7 @@ def pair_table(bc: dict) -> list[str]:
             t = bc["tests"][b][g]
             cells.append("waiting" if not t["complete"] else
                          f"{signed(difference(t['difference']))}, p = {p_text(number(t['adjusted']), plan['alpha'])}"
-                         + ("" if t["decision"] == "no difference" else f" ({t['decision']})"))
+                         f" ({t['decision']})")
         rows.append([short(g), *cells])
     return [md_table(["game", *[f"{plan['reference']} − {b}" for b in plan["baselines"]]], rows)]
 
@@ -172,7 +172,8 @@ def verdict(data: dict) -> str:
           f"by the rule fixed before the runs (below). {n} of {total} runs are in; games with every run in: "
           f"{', '.join(map(short, done)) or 'none yet'}."
           + ("" if bc["holm"] else f" Each test's adjusted p is the Bonferroni bound until all are in (then "
-             f"Holm's): a game's test is decided once its runs are in if the bound is below {plan['alpha']:g}, and "
+             f"Holm's): a game's test is decided once its runs are in if the bound is below {plan['alpha']:g} or "
+             f"its permutation p is {plan['alpha']:g} or above (no difference; Holm's p lies between the two), and "
              "otherwise waits for Holm's; the claims wait for all the tests."),
           "", "**The claims** (primary outcome):", "", *claim_lines(bc), ""]
     if bc["iqm"]:

@@ -17,7 +17,7 @@ from reproduce import batch_claims as bc  # noqa: E402
 from reproduce import minatar_page  # noqa: E402
 from report_helpers import report_cli, write_run  # noqa: E402
 from reproduce.runs import load_minatar_random  # noqa: E402
-from reproduce.stats import compare  # noqa: E402
+from reproduce.stats import bonferroni, compare  # noqa: E402
 
 PLAN = bc.MINATAR_BATCHES
 LABELS = ("ABS", "Small", "Vanilla", "Large")
@@ -101,8 +101,8 @@ def close_freeway(values):
 
 def test_a_complete_game_is_decided_below_the_bound_and_otherwise_waits_for_holms():
     """The page's rule while runs are missing: a game's tests once its 40 runs are in; a Bonferroni bound below alpha
-    decides (Holm's is never above it), any other waits for Holm's; once all are in, Holm's p (here below the bound)
-    decides."""
+    decides (Holm's is never above it), so does a permutation p at alpha or above (no difference: Holm's is never below
+    it), any other waits for Holm's; once all are in, Holm's p (here below the bound) decides."""
     others = {(g, lb, 10) for g in PLAN.tasks if g not in ("Freeway-MinAtar", "Breakout-MinAtar") for lb in LABELS}
     values = close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop=others))
     a = analyse(values)
@@ -114,7 +114,12 @@ def test_a_complete_game_is_decided_below_the_bound_and_otherwise_waits_for_holm
     assert small.difference.p == pytest.approx(0.0082, abs=5e-5)
     assert small.adjusted == pytest.approx(15 * small.difference.p) and small.decision == bc.WAITING
     assert by[("Freeway-MinAtar", "Vanilla")].difference.p == 1.0
-    assert by[("Freeway-MinAtar", "Vanilla")].decision == bc.WAITING  # "no difference" only once Holm's decides
+    assert by[("Freeway-MinAtar", "Vanilla")].decision == bc.NONE  # no Holm's p can fall below 0.05 from p = 1
+    # a p just at alpha decides too; one just below waits (its Holm's p may yet fall below alpha)
+    for shift, decided in ((0.0, bc.NONE), (-1e-9, bc.WAITING)):
+        t = by[("Freeway-MinAtar", "Vanilla")]
+        t = t._replace(difference=t.difference._replace(p=0.05 + shift))
+        assert bc.per_game_decision(t, bonferroni(t.difference.p, 15), 0.05, every=False) == decided
     assert [c.decision for c in a.claims] == [bc.INCOMPLETE] * 3
     # a game is complete with every label's runs: one Large run missing leaves its tests against Small incomplete too
     partial = analyse(close_freeway(grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0},

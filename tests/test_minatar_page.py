@@ -2,6 +2,7 @@
 from the committed report.json, the tool's words on a grid whose answer is known (tests/test_batch_claims.py writes
 it), a page that says otherwise fails --check, and bad input is one line and exit 2."""
 import json
+import re
 import subprocess
 import sys
 
@@ -107,10 +108,12 @@ def test_a_complete_game_shows_its_decision_or_that_it_waits_for_holms():
               for lb in tbc.LABELS}
     text = words(tbc.close_freeway(tbc.grid({"ABS": 10, "Small": 0, "Vanilla": 0, "Large": 0}, drop=others)))
     assert "games with every run in: Breakout, Freeway." in text
-    assert "decided once its runs are in if the bound is below 0.05, and otherwise waits for Holm's" in text
+    assert ("decided once its runs are in if the bound is below 0.05 or its permutation p is 0.05 or above (no "
+            "difference; Holm's p lies between the two), and otherwise waits for Holm's") in text
     assert "| Breakout | +10.000 [9.368, 10.6], p = 1.6e-04 (beats) | +10.0 [" in text  # 15 x 2 / C(20, 10)
-    assert ("| Freeway | +0.490 [0.158, 0.822], p = 0.12 (waits for Holm's) | +0.000 [-0.344, 0.344], p = 1.00 (waits "
-            "for Holm's) |") in text
+    # Small's p (0.008) may yet fall below 0.05 by Holm's; Vanilla's (1.0) cannot: no difference at once
+    assert ("| Freeway | +0.490 [0.158, 0.822], p = 0.12 (waits for Holm's) | +0.000 [-0.344, 0.344], p = 1.00 (no "
+            "difference) |") in text
 
 
 def test_an_adjusted_p_near_alpha_shows_its_side_of_alpha():
@@ -172,3 +175,30 @@ def test_the_check_added_during_the_runs_is_worded_by_its_rule():
     assert line("ABS", "cannot be decided", ["ABS seed 7"]).startswith(
         " Vanilla: cannot be decided: no share for ABS seed 7 (seeds 1-5, which suggested the check and are "
         "not tested: mean shares ABS ")
+
+
+def test_the_readme_headline_restates_the_complete_games():
+    """The README's headline entry for the study names the games whose runs are all in, restates each one's
+    differences with Welch's intervals as the page's verdict has them, and says "no difference could be seen" only
+    where each of that game's tests decided so."""
+    data = read_data(minatar_page.REPORT)
+    bc = data["batch_claims"]
+    plan = bc["plan"]
+    _, done = minatar_page.runs_in(data, plan)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    entry = readme.split("- **ABS vs fixed batches on MinAtar**")[1].split(" - **")[0]
+    names = ", ".join(map(minatar_page.short, done))
+    assert f"{len(done)} of {len(plan['tasks'])} games complete ({names})" in entry, entry
+    for g in done:
+        tests = [bc["tests"][b][g] for b in plan["baselines"]]
+        for b, t in zip(plan["baselines"], tests):
+            assert minatar_page.signed(report_data.difference(t["difference"])) in entry, (g, b)
+        nothing = all(t["decision"] == "no difference" for t in tests)
+        assert (f"On {minatar_page.short(g)} no difference could be seen" in entry) == nothing, g
+    # the check added during the runs: the labels whose games end at 0 more often than the reference's, by its test
+    z = bc["zeros"]
+    more = sorted(lb for lb, t in z["tests"].items() if t["decision"] == "more often")
+    said = entry.split(f" training games end at 0 more often than {z['check']['reference']}'s")
+    assert (len(said) > 1) == bool(more), entry
+    if more:
+        assert sorted(re.findall(r"(\w+)'s", said[0].rsplit(";", 1)[-1])) == more, said[0]
