@@ -124,8 +124,10 @@ def batch_analysis(plan: BatchPlan, evaluation: Compared, random: dict, reps: in
     adjusted = holm([t.difference.p for t in done]) if every else [bonferroni(t.difference.p, len(tests)) for t in done]
     by_key = {(t.game, t.baseline): p for t, p in zip(done, adjusted)}
 
-    tests = [t._replace(adjusted=p, decision=per_game_decision(t, p, plan.alpha, every))
-             if t.complete else t for t in tests for p in [by_key.get((t.game, t.baseline))]]
+    for i, t in enumerate(tests):
+        if t.complete:
+            p = by_key[(t.game, t.baseline)]
+            tests[i] = t._replace(adjusted=p, decision=per_game_decision(t, p, plan.alpha, every))
 
     normalisers = {g: float(np.mean(cell(evaluation, g, plan.normaliser))) for g in plan.tasks
                    if complete(g, plan.normaliser)}
