@@ -507,12 +507,12 @@ def _update_batch(num_actions=4, n=64, seed=0):
     return obs, actions, returns, valid
 
 
-def _param_change(net, bf16=False, compiled=False):
+def _param_change(net, bf16=False, compiled=False, lr=1e-3):
     """Run one pqn_update from a fixed start; the flat vector of how far the weights moved."""
     torch.manual_seed(0)
     start = [p.detach().clone() for p in net.parameters()]
     forward = torch.compile(net) if compiled else net
-    opt = torch.optim.RAdam(net.parameters(), lr=1e-3)
+    opt = torch.optim.RAdam(net.parameters(), lr=lr)
     obs, actions, returns, valid = _update_batch()
     args = pqn.Args(num_minibatches=2, max_grad_norm=10.0, bf16=bf16)
     loss, _ = pqn.pqn_update(net, opt, (obs, actions, returns, valid), 1, args, forward=forward)
@@ -540,12 +540,17 @@ def test_bf16_autocast_keeps_q_values_actions_and_update_direction():
 def test_compiled_q_network_gives_the_eager_update():
     torch.manual_seed(4)
     net = pqn.QNetwork(4, "pqn")
-    delta_eager, loss_eager = _param_change(copy.deepcopy(net))
+    delta_eager, loss_eager = _param_change(copy.deepcopy(net), lr=1e-2)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    delta_compiled, loss_compiled = _param_change(copy.deepcopy(net), compiled=True)
+    delta_compiled, loss_compiled = _param_change(copy.deepcopy(net), compiled=True, lr=1e-2)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # the update really ran compiled
     assert loss_compiled == pytest.approx(loss_eager, rel=1e-4)
-    assert torch.allclose(delta_compiled, delta_eager, atol=1e-6, rtol=1e-3)
+    # Not element by element: a ReLU input within float32 rounding of 0 takes either side in two correct kernels,
+    # and that one unit moves the update of every layer below it (measured: 0.5% of its norm with four threads on
+    # two cores, 0.3% of the first layer's entries in one CI run; rounding alone 3e-6). A real fault is far
+    # larger: the second minibatch's gradient taken at the weights before the first step moves it 74-84% at this
+    # learning rate (such a fault grows with the step size, the flipped unit does not).
+    assert (delta_compiled - delta_eager).norm() < 0.05 * delta_eager.norm()
     assert delta_eager.abs().max().item() > 1e-4  # the weights did move
 
 
